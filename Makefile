@@ -1,0 +1,33 @@
+# Fresh-machine set-up and the two commands the README opens with.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DATA ?= data/synth
+DEMO_RUN ?= runs/demo
+
+.PHONY: demo test install clean bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch==2.13.0 first: the CPU build on this machine's disk (pyproject keeps torch>=2.2).
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m vlattn.demo --data $(DEMO_DATA) --out $(DEMO_RUN)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs
