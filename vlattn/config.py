@@ -92,6 +92,7 @@ class TrainConfig:
     val_max_images: int = 0
     max_steps: int = 0
     log_every: int = 50
+    checkpoint_every: int = 0
     # SCST stage
     scst_lr: float = 5e-6
     scst_epochs: int = 10
@@ -148,6 +149,11 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(hint) or hint
     if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if origin is float and isinstance(value, str):
+        try:  # YAML 1.1 reads "5e-6" (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
     if origin is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if origin in (bool, str) and isinstance(value, origin):
@@ -199,8 +205,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
+            text = path.read_text()
+            data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
+        except (yaml.YAMLError, json.JSONDecodeError) as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from None
     apply_overrides(data, overrides or [])
     try:

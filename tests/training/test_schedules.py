@@ -1,0 +1,37 @@
+"""Learning-rate schedules against the papers' formulas, evaluated by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vlattn.training.schedules import Constant, Noam, StepDecay, build_schedule
+
+
+def test_noam_matches_formula_and_peaks_at_warmup() -> None:
+    sched = Noam(d_model=512, warmup=10000)
+    # step s (1-based) = 1: 512^-0.5 * 1 * 10000^-1.5
+    assert sched.lr_at(0, 0) == pytest.approx(512**-0.5 * 1e-6)
+    # at s = warmup both branches are equal: 512^-0.5 * 10000^-0.5 = 4.419e-4
+    assert sched.lr_at(9999, 0) == pytest.approx(1 / math.sqrt(512) / 100)
+    assert sched.lr_at(9999, 0) > sched.lr_at(9998, 0)
+    assert sched.lr_at(9999, 0) > sched.lr_at(10000, 0)
+    # after warm-up: s^-0.5 branch, s = 40000 -> 512^-0.5 / 200
+    assert sched.lr_at(39999, 5) == pytest.approx(1 / math.sqrt(512) / 200)
+
+
+def test_ngsan_step_decay_by_epoch() -> None:
+    sched = StepDecay()
+    # epochs t = 1..12 (0-based epoch argument t - 1): min(t*1e-4, 3e-4), halved every 3 epochs after 6
+    expected = [1e-4, 2e-4, 3e-4, 3e-4, 3e-4, 3e-4, 1.5e-4, 1.5e-4, 1.5e-4, 0.75e-4, 0.75e-4, 0.75e-4, 0.375e-4]
+    got = [sched.lr_at(step=123, epoch=t - 1) for t in range(1, 14)]
+    assert got == pytest.approx(expected)
+
+
+def test_build_schedule_by_name_and_error() -> None:
+    assert isinstance(build_schedule("constant", lr=5e-6), Constant)
+    assert build_schedule("constant", lr=5e-6).lr_at(10, 3) == 5e-6
+    assert build_schedule("noam", d_model=512, warmup=4000, lr=2.0).lr_at(3999, 0) == pytest.approx(2 * 512**-0.5 * 4000**-0.5)
+    with pytest.raises(ValueError, match="constant, noam, step"):
+        build_schedule("cosine", lr=1.0)

@@ -1,0 +1,1 @@
+"""Training: XE and SCST objectives, the shared loop, schedules, checkpoints, distributed helpers."""

@@ -1,0 +1,74 @@
+"""Multi-process training helpers (torchrun / DDP environment variables).
+
+Launch with ``torchrun --nproc_per_node=G [--nnodes=M ...] -m vlattn.cli train ...``. Each rank
+reads a disjoint shard of every epoch's permutation (same seed on all ranks), gradients are averaged
+with one all-reduce over a flattened buffer after ``backward`` (this works for every objective,
+including SCST whose forward goes through ``encode``/``step`` rather than ``__call__``), and only
+rank 0 writes checkpoints, logs and predictions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Rank information of this process; ``world_size == 1`` for ordinary single-process runs."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> DistContext:
+    """Initialise the process group when launched by torchrun, else return a single-process context."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def pick_device(name: str = "auto", ctx: DistContext | None = None) -> torch.device:
+    """``auto`` -> the local GPU when present (``cuda:LOCAL_RANK``), else CPU."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0")) if ctx is None else ctx.local_rank
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def average_gradients(model: torch.nn.Module, ctx: DistContext) -> None:
+    """All-reduce and average the gradients of ``model`` across ranks (no-op for one process)."""
+    if ctx.world_size <= 1:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= ctx.world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def broadcast_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
+    """Make every rank start from rank 0's weights."""
+    if ctx.world_size <= 1:
+        return
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        dist.broadcast(tensor.data, src=0)
