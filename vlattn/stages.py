@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
-from vlattn.config import Config, save_config
+from vlattn.config import Config, config_to_dict, save_config
 from vlattn.data.captioning import collate_train
-from vlattn.errors import VlattnError
+from vlattn.errors import ConfigError, VlattnError
 from vlattn.evaluation import decode_dataset, references_of, score_predictions
 from vlattn.pipeline import CaptionData, build_model, build_optimizer, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
@@ -59,6 +59,17 @@ def _resume_point(run_dir: Path, resume: bool) -> Path | None:
     return None
 
 
+def check_resumable(cfg: Config, saved: Config) -> None:
+    """A resumed run may change training/evaluation settings (e.g. more epochs), not the model or data."""
+    for section in ("model", "data"):
+        new, old = config_to_dict(cfg)[section], config_to_dict(saved)[section]
+        changed = sorted(k for k in new if new[k] != old[k] and k != "num_workers")
+        if changed:
+            raise ConfigError(
+                f"cannot resume: {section}.{changed[0]} is {new[changed[0]]!r} but the checkpoint has {old[changed[0]]!r}"
+            )
+
+
 def train_xe(
     cfg: Config, run_dir: str | Path, *, resume: bool = False, device: str = "auto", init: str | Path | None = None
 ) -> dict[str, float]:
@@ -72,7 +83,8 @@ def train_xe(
     vocab = None
     if resume_from is not None:
         checkpoint = load_checkpoint(resume_from, with_state=True)
-        cfg, vocab, state = checkpoint.config, checkpoint.vocab, checkpoint.train_state
+        check_resumable(cfg, checkpoint.config)
+        vocab, state = checkpoint.vocab, checkpoint.train_state
     elif init is not None:
         vocab = load_checkpoint(init).vocab
     ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
@@ -116,3 +128,6 @@ def train_xe(
     if state is not None:
         trainer.restore(state)
     return trainer.fit()
+
+
+STAGES = {"xe": train_xe}
