@@ -39,9 +39,9 @@ def test_wrong_types_are_named() -> None:
 
 
 def test_int_promotes_to_float_but_bool_is_not_int() -> None:
-    cfg = load_config(None, ["train.schedule.lr=1", "train.scst_lr=5e-6"])
+    cfg = load_config(None, ["train.schedule.lr=1", "train.scst_schedule.lr=5e-6"])
     assert isinstance(cfg.train.schedule.lr, float)
-    assert cfg.train.scst_lr == 5e-6
+    assert cfg.train.scst_schedule.lr == 5e-6
     with pytest.raises(ConfigError):
         load_config(None, ["train.epochs=true"])
 

@@ -93,8 +93,8 @@ class TrainConfig:
     max_steps: int = 0
     log_every: int = 50
     checkpoint_every: int = 0
-    # SCST stage
-    scst_lr: float = 5e-6
+    # SCST stage (M2 section 4.2: fixed learning rate 5e-6; "step"/"noam" select the paper schedules)
+    scst_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name="constant", lr=5e-6))
     scst_epochs: int = 10
     scst_samples: int = 5
     scst_sampling: str = "beam"

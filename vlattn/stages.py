@@ -7,24 +7,31 @@ Run directory layout::
     RUN_DIR/metrics.jsonl          train/val records, appended (also across resumes)
     RUN_DIR/checkpoints/last/      model.safetensors, config.json, vocab.json, train_state.pt
     RUN_DIR/checkpoints/best/      the same, for the best validation CIDEr-D
+
+A resumed run continues from ``checkpoints/last`` and may change training settings (more epochs, ...)
+but not the model or the data.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
+from torch.utils.data import Dataset
 
-from vlattn.config import Config, config_to_dict, save_config
-from vlattn.data.captioning import collate_train
+from vlattn.config import Config, ScheduleConfig, config_to_dict, save_config
+from vlattn.data.captioning import collate_eval, collate_train
+from vlattn.data.vocab import Vocabulary
 from vlattn.errors import ConfigError, VlattnError
 from vlattn.evaluation import decode_dataset, references_of, score_predictions
 from vlattn.pipeline import CaptionData, build_model, build_optimizer, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
-from vlattn.training.distributed import DistContext, broadcast_parameters, init_distributed, pick_device
-from vlattn.training.loop import LoopOptions, Trainer
+from vlattn.training.distributed import broadcast_parameters, init_distributed, pick_device
+from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer
 from vlattn.training.schedules import build_schedule
+from vlattn.training.scst import scst_objective
 from vlattn.training.xe import xe_objective
 
 VAL_METRICS = ("BLEU", "ROUGE_L", "CIDEr")
@@ -50,15 +57,6 @@ def make_validator(cfg: Config, data: CaptionData, device: torch.device) -> Call
     return validate
 
 
-def _resume_point(run_dir: Path, resume: bool) -> Path | None:
-    """The checkpoint to resume from, or None for a new run (refusing to overwrite an existing one)."""
-    if resume:
-        return run_dir / "checkpoints" / "last"
-    if (run_dir / "checkpoints").exists():
-        raise VlattnError(f"{run_dir}: run directory already has checkpoints; pass --resume to continue it or choose another --out")
-    return None
-
-
 def check_resumable(cfg: Config, saved: Config) -> None:
     """A resumed run may change training/evaluation settings (e.g. more epochs), not the model or data."""
     for section in ("model", "data"):
@@ -70,21 +68,35 @@ def check_resumable(cfg: Config, saved: Config) -> None:
             )
 
 
-def train_xe(
-    cfg: Config, run_dir: str | Path, *, resume: bool = False, device: str = "auto", init: str | Path | None = None
-) -> dict[str, float]:
-    """Cross-entropy training with validation each epoch; returns the last validation metrics.
+@dataclass
+class StagePlan:
+    """What distinguishes one stage from another: objective, data, schedule and length."""
 
-    ``init`` warm-starts a new run from another checkpoint's weights (same architecture and vocabulary).
-    """
+    name: str
+    objective: Callable[[Config, CaptionData, torch.device], Objective]
+    dataset: Callable[[Config, CaptionData], Dataset]
+    collate: Callable[[list[Any]], Batch]
+    schedule: Callable[[Config], ScheduleConfig]
+    epochs: Callable[[Config], int]
+    batch_size: Callable[[Config], int]
+
+
+def run_stage(
+    plan: StagePlan, cfg: Config, run_dir: str | Path, *, resume: bool = False, device: str = "auto",
+    init: str | Path | None = None,
+) -> dict[str, float]:
+    """Set up data, model (from ``init`` weights or a resume point), optimiser and loop; train; return val metrics."""
     run_dir = Path(run_dir)
-    resume_from = _resume_point(run_dir, resume)
     state = None
-    vocab = None
-    if resume_from is not None:
-        checkpoint = load_checkpoint(resume_from, with_state=True)
+    vocab: Vocabulary | None = None
+    weights: Path | str | None = init
+    if resume:
+        weights = run_dir / "checkpoints" / "last"
+        checkpoint = load_checkpoint(weights, with_state=True)
         check_resumable(cfg, checkpoint.config)
         vocab, state = checkpoint.vocab, checkpoint.train_state
+    elif (run_dir / "checkpoints").exists():
+        raise VlattnError(f"{run_dir}: run directory already has checkpoints; pass --resume to continue it or choose another --out")
     elif init is not None:
         vocab = load_checkpoint(init).vocab
     ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
@@ -92,8 +104,8 @@ def train_xe(
     torch.manual_seed(cfg.train.seed)
     data = load_caption_data(cfg.data, vocab)
     model = build_model(cfg, data.vocab, data.store.dim)
-    if resume_from is not None or init is not None:
-        load_weights(model, resume_from if resume_from is not None else init)
+    if weights is not None:
+        load_weights(model, weights)
     model.to(dev)
     broadcast_parameters(model, ctx)
     if ctx.is_main:
@@ -103,18 +115,18 @@ def train_xe(
     trainer = Trainer(
         model=model,
         optimizer=build_optimizer(model, cfg),
-        schedule=build_schedule(**vars(cfg.train.schedule), d_model=cfg.model.d_model),
-        objective=xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing),
-        dataset=data.train_set(cfg.data),
-        collate=collate_train,
+        schedule=build_schedule(**vars(plan.schedule(cfg)), d_model=cfg.model.d_model),
+        objective=plan.objective(cfg, data, dev),
+        dataset=plan.dataset(cfg, data),
+        collate=plan.collate,
         validate=make_validator(cfg, data, dev),
         run_dir=run_dir,
         config=cfg,
         vocab=data.vocab,
         options=LoopOptions(
-            stage="xe",
-            epochs=cfg.train.epochs,
-            batch_size=cfg.train.batch_size,
+            stage=plan.name,
+            epochs=plan.epochs(cfg),
+            batch_size=plan.batch_size(cfg),
             seed=cfg.train.seed,
             grad_clip=cfg.train.grad_clip,
             log_every=cfg.train.log_every,
@@ -130,4 +142,52 @@ def train_xe(
     return trainer.fit()
 
 
-STAGES = {"xe": train_xe}
+XE = StagePlan(
+    name="xe",
+    objective=lambda cfg, data, dev: xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing),
+    dataset=lambda cfg, data: data.train_set(cfg.data),
+    collate=collate_train,
+    schedule=lambda cfg: cfg.train.schedule,
+    epochs=lambda cfg: cfg.train.epochs,
+    batch_size=lambda cfg: cfg.train.batch_size,
+)
+
+
+def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objective:
+    from vlattn.rewards import training_reward
+
+    return scst_objective(
+        reward=training_reward(data, mode=cfg.eval.cider_df_mode, include_eos=cfg.eval.reward_include_eos),
+        vocab=data.vocab,
+        sampling=cfg.train.scst_sampling,
+        baseline=cfg.train.scst_baseline,
+        num_samples=cfg.train.scst_samples,
+        max_len=cfg.eval.max_len,
+    )
+
+
+SCST = StagePlan(
+    name="scst",
+    objective=_scst_objective,
+    dataset=lambda cfg, data: data.eval_set("train", cfg.data),
+    collate=collate_eval,
+    schedule=lambda cfg: cfg.train.scst_schedule,
+    epochs=lambda cfg: cfg.train.scst_epochs,
+    batch_size=lambda cfg: cfg.train.scst_batch_size,
+)
+
+
+def train_xe(cfg: Config, run_dir: str | Path, **kwargs: Any) -> dict[str, float]:
+    """Cross-entropy training (``init`` optionally warm-starts from another checkpoint's weights)."""
+    return run_stage(XE, cfg, run_dir, **kwargs)
+
+
+def train_scst(cfg: Config, run_dir: str | Path, *, init: str | Path | None = None, resume: bool = False,
+               device: str = "auto") -> dict[str, float]:
+    """Self-critical training with the CIDEr-D reward, starting from ``init`` (an XE checkpoint or run dir)."""
+    if init is None and not resume:
+        raise VlattnError("SCST starts from a trained model: pass --init CHECKPOINT (e.g. the XE run directory)")
+    return run_stage(SCST, cfg, run_dir, init=init, resume=resume, device=device)
+
+
+STAGES: dict[str, Callable[..., dict[str, float]]] = {"xe": train_xe, "scst": train_scst}

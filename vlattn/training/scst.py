@@ -23,6 +23,10 @@ from typing import Callable
 
 import torch
 
+from vlattn.data.vocab import Vocabulary
+from vlattn.decoding import beam_search, greedy_decode, sample
+from vlattn.training.loop import Batch, Objective
+
 
 def sequence_mask(samples: torch.Tensor, eos: int) -> torch.Tensor:
     """(N, T) bool: True for tokens up to and including the first ``eos`` of each row."""
@@ -67,3 +71,60 @@ SAMPLE_BASELINES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "mean-others": mean_others_baseline,
 }
 BASELINES = (*SAMPLE_BASELINES, "greedy")
+
+
+def scst_objective(
+    *,
+    reward: Callable[[torch.Tensor, list[int]], torch.Tensor],
+    vocab: Vocabulary,
+    sampling: str = "beam",
+    baseline: str = "mean",
+    num_samples: int = 5,
+    max_len: int = 20,
+) -> Objective:
+    """The SCST objective for :class:`~vlattn.training.loop.Trainer` (batches from ``collate_eval``).
+
+    ``sampling``: ``beam`` (M2: the k beams of a beam search, log-probs kept differentiable) or
+    ``sample`` (k multinomial samples). ``baseline``: one of :data:`BASELINES`.
+    ``reward(tokens (N, L), image_ids) -> (N,)`` scores the captions of the images in order.
+    """
+    if sampling not in SAMPLERS:
+        raise ValueError(f"unknown SCST sampling {sampling!r}; valid: {', '.join(SAMPLERS)}")
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown SCST baseline {baseline!r}; valid: {', '.join(BASELINES)}")
+    draw = SAMPLERS[sampling]
+
+    def objective(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        inputs = (batch["features"], batch["boxes"], batch["region_mask"])
+        image_ids = batch["image_ids"].tolist()
+        tokens, log_probs = draw(model, *inputs, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, k=num_samples,
+                                 max_len=max_len)  # (B, k, L) each
+        b, k, length = tokens.shape
+        rewards = reward(tokens.reshape(b * k, length), image_ids).to(log_probs.device).view(b, k)  # (B, k)
+        if baseline == "greedy":
+            model.eval()
+            greedy = greedy_decode(model, *inputs, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, max_len=max_len)
+            model.train()
+            base = greedy_baseline(reward(greedy, image_ids).to(log_probs.device), k)
+        else:
+            base = SAMPLE_BASELINES[baseline](rewards)
+        loss = scst_loss(log_probs.reshape(b * k, length), tokens.reshape(b * k, length), rewards.reshape(-1),
+                         base.reshape(-1), eos=vocab.EOS)
+        return loss, {"reward": float(rewards.mean()), "baseline": float(base.mean())}
+
+    return objective
+
+
+def _beam_samples(model: torch.nn.Module, *inputs: torch.Tensor, bos: int, eos: int, pad: int, k: int,
+                  max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    beams = beam_search(model, *inputs, bos=bos, eos=eos, pad=pad, beam_size=k, max_len=max_len, grad=True)
+    return beams.tokens, beams.log_probs
+
+
+def _multinomial_samples(model: torch.nn.Module, *inputs: torch.Tensor, bos: int, eos: int, pad: int, k: int,
+                         max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    samples = sample(model, *inputs, bos=bos, eos=eos, pad=pad, num_samples=k, max_len=max_len)
+    return samples.tokens, samples.log_probs
+
+
+SAMPLERS = {"beam": _beam_samples, "sample": _multinomial_samples}

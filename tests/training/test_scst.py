@@ -1,0 +1,109 @@
+"""SCST: loss and baseline arithmetic by hand, gradient sign, and the stage end to end on tiny data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from vlattn import stages
+from vlattn.errors import VlattnError
+from vlattn.pipeline import load_caption_data
+from vlattn.rewards import training_reward
+from vlattn.training.scst import (
+    greedy_baseline,
+    mean_baseline,
+    mean_others_baseline,
+    scst_loss,
+    sequence_mask,
+)
+from tests.training.conftest import tiny_config
+
+EOS = 2
+
+
+def test_sequence_mask_keeps_tokens_through_first_eos() -> None:
+    samples = torch.tensor([[5, 6, EOS, 0], [5, EOS, 0, 0], [7, 8, 9, 10]])
+    expected = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(sequence_mask(samples, EOS), expected)
+
+
+def test_baselines_by_hand() -> None:
+    rewards = torch.tensor([[1.0, 2.0, 6.0], [0.0, 0.0, 3.0]])
+    assert torch.allclose(mean_baseline(rewards), torch.tensor([[3.0, 3.0, 3.0], [1.0, 1.0, 1.0]]))
+    # leave-one-out: (sum - r_i) / (k - 1)
+    assert torch.allclose(mean_others_baseline(rewards), torch.tensor([[4.0, 3.5, 1.5], [1.5, 1.5, 0.0]]))
+    assert torch.allclose(greedy_baseline(torch.tensor([0.5, 2.0]), 3), torch.tensor([[0.5] * 3, [2.0] * 3]))
+    with pytest.raises(ValueError):
+        mean_others_baseline(torch.ones(2, 1))
+
+
+def test_scst_loss_by_hand() -> None:
+    log_probs = torch.tensor([[-1.0, -2.0, -0.5, -9.0], [-0.25, -0.75, -9.0, -9.0]], requires_grad=True)
+    samples = torch.tensor([[4, 5, EOS, 0], [4, EOS, 0, 0]])
+    rewards, baseline = torch.tensor([2.0, 0.0]), torch.tensor([1.0, 1.0])
+    loss = scst_loss(log_probs, samples, rewards, baseline, eos=EOS)
+    # -( (+1) * (-1 - 2 - 0.5) + (-1) * (-0.25 - 0.75) ) / 5 valid tokens = -(-3.5 + 1.0) / 5 = 0.5
+    assert loss.item() == pytest.approx(0.5)
+    loss.backward()
+    assert torch.allclose(log_probs.grad, torch.tensor([[-0.2, -0.2, -0.2, 0.0], [0.2, 0.2, 0.0, 0.0]]))
+
+
+def test_gradient_step_raises_probability_of_sample_above_baseline() -> None:
+    torch.manual_seed(0)
+    logits = torch.nn.Parameter(torch.randn(3, 6))  # a 3-step "policy" over 6 words, independent per step
+    good, bad = torch.tensor([4, 5, EOS]), torch.tensor([3, 3, EOS])
+
+    def seq_log_prob(tokens: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1)  # (3,)
+
+    before_good, before_bad = seq_log_prob(good).sum().item(), seq_log_prob(bad).sum().item()
+    samples = torch.stack([good, bad])
+    rewards = torch.tensor([1.5, 0.2])
+    loss = scst_loss(torch.stack([seq_log_prob(good), seq_log_prob(bad)]), samples, rewards, mean_baseline(rewards[None])[0], eos=EOS)
+    loss.backward()
+    with torch.no_grad():
+        logits -= 0.5 * logits.grad
+    assert seq_log_prob(good).sum().item() > before_good
+    assert seq_log_prob(bad).sum().item() < before_bad
+
+
+def test_training_reward_prefers_the_right_caption(tiny_data: Path) -> None:
+    data = load_caption_data(tiny_config(tiny_data).data)
+    entry = data.entries["train"][0]
+    words = entry.captions[0]
+    ids = data.vocab.encode(words) + [data.vocab.EOS]
+    wrong = data.vocab.encode(data.entries["train"][5].captions[0]) + [data.vocab.EOS]
+    width = max(len(ids), len(wrong))
+    tokens = torch.tensor([ids + [0] * (width - len(ids)), wrong + [0] * (width - len(wrong))])
+    reward = training_reward(data, mode="image", include_eos=False)
+    scores = reward(tokens, [entry.image_id])
+    assert scores.shape == (2,)
+    assert scores[0] > scores[1] >= 0.0
+    assert (data.root / "cache" / "cider_df_image.npz").is_file()
+
+
+@pytest.mark.parametrize(("sampling", "baseline"), [("beam", "mean"), ("sample", "greedy"), ("sample", "mean-others")])
+def test_scst_stage_runs_from_xe_checkpoint(tiny_data: Path, tmp_path: Path, sampling: str, baseline: str) -> None:
+    xe = tmp_path / "xe"
+    stages.train_xe(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
+    cfg = tiny_config(tiny_data, "train.scst_epochs=1", "train.scst_batch_size=8", "train.scst_samples=3",
+                      f"train.scst_sampling={sampling}", f"train.scst_baseline={baseline}")
+    scst = tmp_path / "scst"
+    metrics = stages.train_scst(cfg, scst, init=xe, device="cpu")
+    assert math.isfinite(metrics["CIDEr"])
+    records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "train"]
+    assert len(steps) == 3  # 24 train images / batch 8
+    assert all(r["stage"] == "scst" and r["lr"] == 5e-6 and math.isfinite(r["reward"]) for r in steps)
+    # Resuming the SCST run as an XE run is refused.
+    with pytest.raises(ValueError, match="stage"):
+        stages.train_xe(cfg, scst, resume=True, device="cpu")
+
+
+def test_scst_needs_init(tiny_data: Path, tmp_path: Path) -> None:
+    with pytest.raises(VlattnError, match="--init"):
+        stages.train_scst(tiny_config(tiny_data), tmp_path / "x", device="cpu")

@@ -1,0 +1,1 @@
+"""Data layer: Karpathy splits, vocabularies, region-feature stores, VQA files, synthetic scenes."""

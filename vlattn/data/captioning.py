@@ -1,0 +1,105 @@
+"""Captioning datasets over Karpathy entries and a feature store, and their collate functions.
+
+Items keep at most ``max_regions`` regions per image (the first ones), so collation pads to the
+largest count in the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+from vlattn.data.features.base import FeatureStore
+from vlattn.data.features.checks import require_ids
+from vlattn.data.karpathy import ImageEntry
+from vlattn.data.regions import first_regions, pad_regions
+from vlattn.data.vocab import Vocabulary
+from vlattn.errors import DataError
+
+
+def _check_entries(entries: Sequence[ImageEntry], store: FeatureStore, feature_dim: int | None) -> None:
+    """Entries are non-empty and all present in ``store`` with the expected feature dimension."""
+    if not entries:
+        raise DataError("no images given to the dataset", path=store.path)
+    require_ids(store, (entry.image_id for entry in entries), feature_dim)
+
+
+class CaptionTrainSet(Dataset):
+    """One item per (image, caption) pair: ``{"image_id", "regions", "tokens"}`` with ``tokens`` the
+    caption's word indices (no BOS/EOS) truncated to ``max_len``."""
+
+    def __init__(
+        self,
+        entries: Sequence[ImageEntry],
+        store: FeatureStore,
+        vocab: Vocabulary,
+        max_regions: int,
+        max_len: int,
+        feature_dim: int | None = None,
+    ) -> None:
+        _check_entries(entries, store, feature_dim)
+        self.entries, self.store, self.vocab = list(entries), store, vocab
+        self.max_regions, self.max_len = max_regions, max_len
+        self.pairs = [(i, j) for i, entry in enumerate(self.entries) for j in range(len(entry.captions))]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        entry_index, caption_index = self.pairs[index]
+        entry = self.entries[entry_index]
+        return {
+            "image_id": entry.image_id,
+            "regions": first_regions(self.store, entry.image_id, self.max_regions),
+            "tokens": self.vocab.encode(entry.captions[caption_index], self.max_len),
+        }
+
+
+class CaptionEvalSet(Dataset):
+    """One item per image: ``{"image_id", "regions", "references"}`` (the raw reference strings)."""
+
+    def __init__(
+        self, entries: Sequence[ImageEntry], store: FeatureStore, max_regions: int, feature_dim: int | None = None
+    ) -> None:
+        _check_entries(entries, store, feature_dim)
+        self.entries, self.store, self.max_regions = list(entries), store, max_regions
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        entry = self.entries[index]
+        return {
+            "image_id": entry.image_id,
+            "regions": first_regions(self.store, entry.image_id, self.max_regions),
+            "references": list(entry.raw),
+        }
+
+
+def collate_regions(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``image_ids`` (B,) long plus the :func:`pad_regions` tensors of the items' ``regions``."""
+    regions = [item["regions"] for item in batch]
+    out: dict[str, Any] = {"image_ids": torch.tensor([item["image_id"] for item in batch], dtype=torch.long)}
+    out.update(pad_regions(regions, max(1, max(r.num_regions for r in regions))))
+    return out
+
+
+def collate_train(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Training batch: :func:`collate_regions` plus ``tokens`` (B, T + 2) long = [BOS w1 .. wn EOS PAD ..]."""
+    out = collate_regions(batch)
+    width = max(len(item["tokens"]) for item in batch) + 2
+    tokens = torch.full((len(batch), width), Vocabulary.PAD, dtype=torch.long)
+    for row, item in enumerate(batch):
+        words = item["tokens"]
+        tokens[row, : len(words) + 2] = torch.tensor([Vocabulary.BOS, *words, Vocabulary.EOS], dtype=torch.long)
+    out["tokens"] = tokens
+    return out
+
+
+def collate_eval(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Evaluation batch: :func:`collate_regions` plus ``references`` (list of B lists of strings)."""
+    out = collate_regions(batch)
+    out["references"] = [item["references"] for item in batch]
+    return out

@@ -1,0 +1,59 @@
+"""The region-feature store protocol shared by every on-disk layout.
+
+A store maps an integer image id to the detector regions of that image:
+
+* ``features``: float32 array (N, D), one D-dimensional vector per region;
+* ``boxes``: float32 array (N, 4), x1, y1, x2, y2 in pixels of the original image;
+* ``width``/``height``: the original image size in pixels.
+
+Backends (M2's single HDF5 file, bottom-up ``.npz`` per image, the project's memory-mapped format)
+implement :class:`FeatureStore`. A missing id is always an error, never a substitute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RegionFeatures:
+    """Regions of one image. ``features`` (N, D) float32, ``boxes`` (N, 4) float32 x1y1x2y2 pixels."""
+
+    features: np.ndarray
+    boxes: np.ndarray
+    width: int
+    height: int
+
+    @property
+    def num_regions(self) -> int:
+        """N, the number of valid regions."""
+        return int(self.features.shape[0])
+
+
+@runtime_checkable
+class FeatureStore(Protocol):
+    """Read access to region features by image id."""
+
+    path: str
+
+    @property
+    def dim(self) -> int:
+        """D, the feature dimension of every region."""
+        ...
+
+    def ids(self) -> list[int]:
+        """All image ids held by the store, sorted."""
+        ...
+
+    def __contains__(self, image_id: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def get(self, image_id: int) -> RegionFeatures:
+        """Regions of ``image_id``; raises :class:`vlattn.errors.DataError` naming the file and id."""
+        ...
+
+    def __iter__(self) -> Iterator[int]: ...

@@ -1,0 +1,84 @@
+"""Validation shared by every feature-store backend.
+
+Readers hand raw arrays to :func:`make_regions`, which checks shapes, the feature dimension and
+finiteness and returns float32 :class:`RegionFeatures`; any problem is a
+:class:`~vlattn.errors.DataError` naming the file and the image id.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+
+from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.errors import DataError
+
+
+def size_from_boxes(boxes: np.ndarray) -> tuple[int, int]:
+    """(width, height) when a file does not record the image size: the boxes' max extents, rounded up.
+
+    ``boxes`` (N, 4) x1y1x2y2. A lower bound of the true size (no box leaves the image); (1, 1) when N = 0.
+    """
+    if boxes.shape[0] == 0:
+        return 1, 1
+    width = max(1, math.ceil(float(boxes[:, 2].max())))
+    height = max(1, math.ceil(float(boxes[:, 3].max())))
+    return width, height
+
+
+def make_regions(
+    features: np.ndarray,
+    boxes: np.ndarray,
+    width: int | None,
+    height: int | None,
+    *,
+    path: object,
+    image_id: int,
+    dim: int | None,
+) -> RegionFeatures:
+    """Check raw arrays and build float32 regions.
+
+    ``features`` (N, D) with D == ``dim`` when given, ``boxes`` (N, 4), both finite; a missing
+    width/height is derived with :func:`size_from_boxes`.
+    """
+    features = np.asarray(features)
+    boxes = np.asarray(boxes)
+    if features.ndim != 2:
+        raise DataError(f"features must be 2-D (N, D), got shape {features.shape}", path=path, item=image_id)
+    if dim is not None and features.shape[1] != dim:
+        raise DataError(
+            f"wrong feature dimension: expected {dim}, got {features.shape[1]} (shape {features.shape})",
+            path=path,
+            item=image_id,
+        )
+    if boxes.shape != (features.shape[0], 4):
+        raise DataError(
+            f"boxes must have shape ({features.shape[0]}, 4) to match the features, got {boxes.shape}",
+            path=path,
+            item=image_id,
+        )
+    features = features.astype(np.float32, copy=False)
+    boxes = boxes.astype(np.float32, copy=False)
+    for name, array in (("features", features), ("boxes", boxes)):
+        if not np.isfinite(array).all():
+            raise DataError(f"{name} contain NaN or inf values", path=path, item=image_id)
+    if width is None or height is None:
+        width, height = size_from_boxes(boxes)
+    if width <= 0 or height <= 0:
+        raise DataError(f"image size must be positive, got {width}x{height}", path=path, item=image_id)
+    return RegionFeatures(features=features, boxes=boxes, width=int(width), height=int(height))
+
+
+def require_ids(store: FeatureStore, image_ids: Iterable[int], feature_dim: int | None = None) -> None:
+    """Raise one :class:`DataError` naming the store if any id is absent or its dimension is not ``feature_dim``."""
+    image_ids = list(image_ids)
+    missing = [i for i in image_ids if i not in store]
+    if missing:
+        raise DataError(
+            f"{len(missing)} of {len(image_ids)} images have no region features; first missing ids: {missing[:10]}",
+            path=store.path,
+        )
+    if feature_dim is not None and store.dim != feature_dim:
+        raise DataError(f"store has feature dimension {store.dim}, expected {feature_dim}", path=store.path)

@@ -1,0 +1,118 @@
+"""M2 Transformer's single HDF5 file of detector regions (``coco_detections.hdf5`` layout).
+
+Per image id: dataset ``<id>_features`` (N, D) (D = 2048 for bottom-up features), ``<id>_boxes``
+(N, 4) x1y1x2y2 pixels and optionally ``<id>_cls_prob`` (N, C) detector class probabilities.
+The original files do not record the image size; files written by :func:`write_m2_hdf5` store it as
+``width``/``height`` attributes of ``<id>_features``. Without them the size is derived from the boxes'
+max extents (:func:`~vlattn.data.features.checks.size_from_boxes`), a lower bound of the true size.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable
+
+import h5py
+import numpy as np
+
+from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.checks import make_regions
+from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination
+from vlattn.errors import DataError
+from vlattn.io import atomic_path
+
+_FEATURES_KEY = re.compile(r"^(\d+)_features$")
+
+
+class M2HDF5Store(IndexedStore):
+    """Read-only :class:`~vlattn.data.features.base.FeatureStore` over one M2 HDF5 file.
+
+    The file is opened lazily in each process; the object pickles for DataLoader workers.
+    ``dim`` is checked against every item when given, else taken from the first image.
+    """
+
+    def __init__(self, path: str | Path, dim: int | None = None) -> None:
+        self.path = str(path)
+        if not Path(self.path).is_file():
+            raise DataError("HDF5 feature file not found", path=self.path)
+        try:
+            with self._open() as handle:
+                self._index_ids(int(m.group(1)) for key in handle.keys() if (m := _FEATURES_KEY.match(key)))
+                self._dim = dim if dim is not None else self._first_dim(handle)
+        except (OSError, KeyError) as err:
+            raise DataError(f"cannot read HDF5 file: {err}", path=self.path) from None
+        self._handle: ProcessLocal[h5py.File] = ProcessLocal(self._open)
+
+    def _first_dim(self, handle: h5py.File) -> int:
+        """D read from the shape of the first image's features."""
+        if not self._ids:
+            raise DataError("no '<id>_features' datasets; pass dim for an empty store", path=self.path)
+        shape = handle[f"{self._ids[0]}_features"].shape
+        if len(shape) != 2:
+            raise DataError(f"features must be 2-D (N, D), got shape {shape}", path=self.path, item=self._ids[0])
+        return int(shape[1])
+
+    def _open(self) -> h5py.File:
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as err:
+            raise DataError(f"cannot read HDF5 file: {err}", path=self.path) from None
+
+    def _read(self, image_id: int, suffix: str) -> np.ndarray | None:
+        """Dataset ``<id>_<suffix>`` as an array, or None when the file has no such dataset."""
+        handle = self._handle.get()
+        key = f"{image_id}_{suffix}"
+        if key not in handle:
+            return None
+        try:
+            return handle[key][()]
+        except (OSError, KeyError, ValueError) as err:
+            raise DataError(f"cannot read dataset {key}: {err}", path=self.path, item=image_id) from None
+
+    def get(self, image_id: int) -> RegionFeatures:
+        """Regions of ``image_id``: features (N, D) float32, boxes (N, 4), image size."""
+        if image_id not in self._id_set:
+            raise DataError("image id not in the feature file", path=self.path, item=image_id)
+        features = self._read(image_id, "features")
+        boxes = self._read(image_id, "boxes")
+        if boxes is None:
+            raise DataError(f"dataset {image_id}_boxes is missing", path=self.path, item=image_id)
+        attrs = self._handle.get()[f"{image_id}_features"].attrs
+        width, height = attrs.get("width"), attrs.get("height")
+        return make_regions(
+            features,
+            boxes,
+            None if width is None else int(width),
+            None if height is None else int(height),
+            path=self.path,
+            image_id=image_id,
+            dim=self._dim,
+        )
+
+    def cls_prob(self, image_id: int) -> np.ndarray | None:
+        """Detector class probabilities (N, C) float32 of ``image_id``, or None when not stored."""
+        if image_id not in self._id_set:
+            raise DataError("image id not in the feature file", path=self.path, item=image_id)
+        probs = self._read(image_id, "cls_prob")
+        return None if probs is None else np.asarray(probs, dtype=np.float32)
+
+
+def write_m2_hdf5(
+    path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False
+) -> int:
+    """Write ``(image_id, regions)`` pairs as one M2 HDF5 file, atomically; returns the number of images.
+
+    Items are streamed (one image in memory at a time). Image size goes to ``width``/``height``
+    attributes of ``<id>_features``.
+    """
+    path = check_destination(path, overwrite)
+    count = 0
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+        for image_id, regions in items:
+            dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
+            dataset.attrs["width"] = regions.width
+            dataset.attrs["height"] = regions.height
+            handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
+            count += 1
+    return count

@@ -1,0 +1,192 @@
+"""The project's own fast feature layout: memory-mapped arrays in one directory.
+
+Files (R regions in total over M images, feature dimension D)::
+
+    meta.json      {"format": "vlattn-memmap", "version": 1, "dim": D, "num_images": M, "num_regions": R}
+    features.f16   raw little-endian float16, (R, D): all regions of all images, concatenated
+    boxes.f32      raw little-endian float32, (R, 4): x1y1x2y2 pixels
+    ids.npy        int64 (M,): image ids in storage order
+    offsets.npy    int64 (M + 1,): image i owns rows offsets[i]:offsets[i + 1]
+    sizes.npy      int64 (M, 2): image width, height
+
+The big arrays are mapped lazily in each process, so a store object pickles cheaply to DataLoader
+workers and reads are random-access. The writer streams images (one in memory at a time) into a
+temporary directory that is renamed into place only when complete; ``meta.json`` is written last.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import BinaryIO, Iterable
+
+import numpy as np
+
+from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.checks import make_regions
+from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
+from vlattn.errors import DataError
+
+FORMAT = "vlattn-memmap"
+VERSION = 1
+META = "meta.json"
+_FEATURES = ("features.f16", np.dtype("<f2"))
+_BOXES = ("boxes.f32", np.dtype("<f4"))
+
+
+class MemmapStore(IndexedStore):
+    """Read-only :class:`~vlattn.data.features.base.FeatureStore` over a memmap directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        root = Path(self.path)
+        meta = _read_meta(root)
+        self._dim = int(meta["dim"])
+        self._num_regions = int(meta["num_regions"])
+        try:
+            self._stored_ids = np.load(root / "ids.npy", allow_pickle=False)
+            self._offsets = np.load(root / "offsets.npy", allow_pickle=False)
+            self._sizes = np.load(root / "sizes.npy", allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise DataError(f"cannot read memmap index arrays: {err}", path=self.path) from None
+        self._check_index(int(meta["num_images"]))
+        self._rows = {int(image_id): row for row, image_id in enumerate(self._stored_ids)}
+        self._index_ids(self._rows)
+        self._arrays: ProcessLocal[tuple[np.ndarray, np.ndarray]] = ProcessLocal(self._map)
+
+    def _check_index(self, num_images: int) -> None:
+        """Index arrays and raw file sizes agree with ``meta.json``."""
+        offsets = self._offsets
+        consistent = (
+            self._stored_ids.shape == (num_images,)
+            and offsets.shape == (num_images + 1,)
+            and self._sizes.shape == (num_images, 2)
+            and offsets[0] == 0
+            and offsets[-1] == self._num_regions
+            and bool(np.all(np.diff(offsets) >= 0))
+            and len(np.unique(self._stored_ids)) == num_images
+        )
+        if not consistent:
+            raise DataError("ids/offsets/sizes arrays do not match meta.json (corrupt store)", path=self.path)
+        for (name, dtype), width in ((_FEATURES, self._dim), (_BOXES, 4)):
+            file = Path(self.path) / name
+            expected = self._num_regions * width * dtype.itemsize
+            if not file.is_file() or file.stat().st_size != expected:
+                raise DataError(f"expected {expected} bytes in {name} (truncated or missing file)", path=self.path)
+
+    def _map(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only maps of the features (R, D) and boxes (R, 4) for this process."""
+        arrays = []
+        for (name, dtype), width in ((_FEATURES, self._dim), (_BOXES, 4)):
+            if self._num_regions == 0:
+                arrays.append(np.zeros((0, width), dtype=dtype))
+            else:
+                shape = (self._num_regions, width)
+                arrays.append(np.memmap(Path(self.path) / name, dtype=dtype, mode="r", shape=shape))
+        return arrays[0], arrays[1]
+
+    def get(self, image_id: int) -> RegionFeatures:
+        """Regions of ``image_id``: features (N, D) float32 (stored as float16), boxes (N, 4), image size."""
+        row = self._rows.get(image_id)
+        if row is None:
+            raise DataError("image id not in the memmap store", path=self.path, item=image_id)
+        start, stop = int(self._offsets[row]), int(self._offsets[row + 1])
+        features, boxes = self._arrays.get()
+        width, height = (int(v) for v in self._sizes[row])
+        return make_regions(
+            np.array(features[start:stop], dtype=np.float32),
+            np.array(boxes[start:stop], dtype=np.float32),
+            width,
+            height,
+            path=self.path,
+            image_id=image_id,
+            dim=self._dim,
+        )
+
+
+def _read_meta(root: Path) -> dict[str, object]:
+    """``meta.json`` of a memmap store, checked for format and version."""
+    file = root / META
+    if not file.is_file():
+        raise DataError(f"not a vlattn memmap store (no {META})", path=root)
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"cannot read {META}: {err}", path=root) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise DataError(f"{META} does not describe a {FORMAT} store of version {VERSION}", path=root)
+    missing = [key for key in ("dim", "num_images", "num_regions") if not isinstance(meta.get(key), int)]
+    if missing:
+        raise DataError(f"{META} lacks integer keys {missing}", path=root)
+    return meta
+
+
+class _MemmapWriter:
+    """Appends images to the raw files of a store being built in ``root`` (errors name ``dest``)."""
+
+    def __init__(self, root: Path, dest: Path, dim: int | None, features: BinaryIO, boxes: BinaryIO) -> None:
+        self.root, self.dest, self.dim = root, dest, dim
+        self.features, self.boxes = features, boxes
+        self.ids: list[int] = []
+        self.offsets: list[int] = [0]
+        self.sizes: list[tuple[int, int]] = []
+        self.seen: set[int] = set()
+
+    def add(self, image_id: int, regions: RegionFeatures) -> None:
+        """Append one image; checks id uniqueness, dimension and the float16 range."""
+        if image_id in self.seen:
+            raise DataError("duplicate image id in the input", path=self.dest, item=image_id)
+        self.dim = self.dim if self.dim is not None else regions.features.shape[1]
+        if regions.features.shape[1] != self.dim:
+            raise DataError(
+                f"wrong feature dimension: expected {self.dim}, got {regions.features.shape[1]}",
+                path=self.dest,
+                item=image_id,
+            )
+        with np.errstate(over="ignore"):
+            half = regions.features.astype(_FEATURES[1])
+        if not np.isfinite(half).all():
+            overflow = "features are NaN/inf or exceed the float16 range (|x| > 65504)"
+            raise DataError(overflow, path=self.dest, item=image_id)
+        self.features.write(half.tobytes())
+        self.boxes.write(regions.boxes.astype(_BOXES[1]).tobytes())
+        self.seen.add(image_id)
+        self.ids.append(int(image_id))
+        self.offsets.append(self.offsets[-1] + regions.num_regions)
+        self.sizes.append((regions.width, regions.height))
+
+    def finish(self) -> None:
+        """Write the index arrays, then ``meta.json``."""
+        if self.dim is None:
+            raise DataError("no images to write; pass dim for an empty store", path=self.dest)
+        np.save(self.root / "ids.npy", np.asarray(self.ids, dtype=np.int64))
+        np.save(self.root / "offsets.npy", np.asarray(self.offsets, dtype=np.int64))
+        np.save(self.root / "sizes.npy", np.asarray(self.sizes, dtype=np.int64).reshape(-1, 2))
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "dim": int(self.dim),
+            "num_images": len(self.ids),
+            "num_regions": self.offsets[-1],
+        }
+        (self.root / META).write_text(json.dumps(meta, indent=2))
+
+
+def write_memmap(
+    path: str | Path,
+    items: Iterable[tuple[int, RegionFeatures]],
+    *,
+    dim: int | None = None,
+    overwrite: bool = False,
+) -> int:
+    """Stream ``(image_id, regions)`` pairs into a memmap store at ``path``; returns the number of images.
+
+    ``dim`` is required only when ``items`` is empty. The directory appears only when complete.
+    """
+    with atomic_dir(path, overwrite) as tmp:
+        with open(tmp / _FEATURES[0], "wb") as features, open(tmp / _BOXES[0], "wb") as boxes:
+            writer = _MemmapWriter(tmp, Path(path), dim, features, boxes)
+            for image_id, regions in items:
+                writer.add(image_id, regions)
+        writer.finish()
+    return len(writer.ids)

@@ -1,0 +1,134 @@
+"""A directory of bottom-up ``<id>.npz`` files, one per image.
+
+Two real layouts are read:
+
+* self-critical.pytorch: ``feat`` (K, D), with ``boxes`` (K, 4) and ``image_h``/``image_w`` when present;
+* MCAN / OpenVQA: ``x`` stored (D, K) or (K, D), ``bbox`` (K, 4), ``image_h``, ``image_w``.
+
+The orientation of ``x`` is decided by the box count K and the expected feature dimension D
+(constructor ``dim``, else inferred from the first file). When K == D the shape is ambiguous and
+``orientation`` ("kd" or "dk") must be given. Boxes are required (no substitute geometry); a missing
+image size is derived from the boxes' max extents.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.checks import make_regions
+from vlattn.data.features.storage import IndexedStore, atomic_dir
+from vlattn.errors import DataError
+
+_NAME = re.compile(r"^(\d+)\.npz$")
+_KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w")
+_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+ORIENTATIONS = ("kd", "dk")
+
+
+class NpzDirStore(IndexedStore):
+    """Read-only :class:`~vlattn.data.features.base.FeatureStore` over a directory of ``<id>.npz`` files."""
+
+    def __init__(self, path: str | Path, dim: int | None = None, orientation: str | None = None) -> None:
+        self.path = str(path)
+        if orientation not in (None, *ORIENTATIONS):
+            raise DataError(f"orientation must be one of {ORIENTATIONS}, got {orientation!r}", path=self.path)
+        if not Path(self.path).is_dir():
+            raise DataError("npz feature directory not found", path=self.path)
+        self._index_ids(int(m.group(1)) for p in Path(self.path).iterdir() if (m := _NAME.match(p.name)))
+        self._orientation = orientation
+        self._expected_dim = dim  # None only while the first file is read to infer D
+        if dim is None and not self._ids:
+            raise DataError("no <id>.npz files; pass dim for an empty store", path=self.path)
+        self._dim = self._expected_dim = dim if dim is not None else self.get(self._ids[0]).features.shape[1]
+
+    def file(self, image_id: int) -> Path:
+        """The ``.npz`` path of ``image_id``."""
+        return Path(self.path) / f"{image_id}.npz"
+
+    def _load(self, image_id: int) -> dict[str, np.ndarray]:
+        """The known keys of ``<id>.npz`` (pickled objects refused)."""
+        file = self.file(image_id)
+        if image_id not in self._id_set:
+            raise DataError("image id not in the npz directory", path=file, item=image_id)
+        try:
+            data = np.load(file, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise DataError("not an .npz archive (a single .npy array?)", path=file, item=image_id)
+            with data:
+                return {key: data[key] for key in _KEYS if key in data.files}
+        except _READ_ERRORS as err:
+            raise DataError(f"cannot read npz file: {err}", path=file, item=image_id) from None
+
+    def get(self, image_id: int) -> RegionFeatures:
+        """Regions of ``image_id``: features (K, D) float32, boxes (K, 4), image size."""
+        arrays = self._load(image_id)
+        file = self.file(image_id)
+        boxes = arrays.get("boxes", arrays.get("bbox"))
+        if boxes is None:
+            raise DataError("no 'boxes' or 'bbox' array; region boxes are required", path=file, item=image_id)
+        if "feat" in arrays:
+            features = arrays["feat"]
+        elif "x" in arrays:
+            features = self._orient(arrays["x"], len(boxes), file, image_id)
+        else:
+            raise DataError("no 'feat' (self-critical) or 'x' (MCAN) array", path=file, item=image_id)
+        width, height = (int(arrays[k].reshape(-1)[0]) if k in arrays else None for k in ("image_w", "image_h"))
+        return make_regions(features, boxes, width, height, path=file, image_id=image_id, dim=self._expected_dim)
+
+    def _orient(self, x: np.ndarray, num_boxes: int, file: Path, image_id: int) -> np.ndarray:
+        """``x`` as (K, D): the axis of length K (the box count) holds regions, the other has length D."""
+        if x.ndim != 2:
+            raise DataError(f"'x' must be 2-D, got shape {x.shape}", path=file, item=image_id)
+        if self._orientation is not None:
+            return x if self._orientation == "kd" else x.T
+        fits = {
+            "kd": x.shape[0] == num_boxes and self._expected_dim in (None, x.shape[1]),
+            "dk": x.shape[1] == num_boxes and self._expected_dim in (None, x.shape[0]),
+        }
+        if all(fits.values()):
+            raise DataError(
+                f"'x' has square shape {x.shape} (K == D); pass orientation='kd' or 'dk'", path=file, item=image_id
+            )
+        if not any(fits.values()):
+            raise DataError(
+                f"'x' shape {x.shape} fits neither (K, D) nor (D, K) "
+                f"with K={num_boxes} boxes and D={self._expected_dim}",
+                path=file,
+                item=image_id,
+            )
+        return x if fits["kd"] else x.T
+
+
+def write_npz_dir(
+    path: str | Path,
+    items: Iterable[tuple[int, RegionFeatures]],
+    *,
+    layout: str = "feat",
+    overwrite: bool = False,
+) -> int:
+    """Write ``(image_id, regions)`` pairs as ``<id>.npz`` files, atomically; returns the number of images.
+
+    ``layout="feat"``: self-critical keys ``feat`` (K, D), ``boxes``, ``image_h``, ``image_w``;
+    ``layout="x"``: MCAN keys ``x`` stored (D, K), ``bbox``, ``image_h``, ``image_w``, ``num_bbox``.
+    """
+    if layout not in ("feat", "x"):
+        raise DataError(f"npz layout must be 'feat' or 'x', got {layout!r}", path=path)
+    count = 0
+    with atomic_dir(path, overwrite) as tmp:
+        for image_id, regions in items:
+            size = {"image_h": np.int64(regions.height), "image_w": np.int64(regions.width)}
+            if layout == "feat":
+                arrays = {"feat": regions.features, "boxes": regions.boxes, **size}
+            else:
+                count = np.int64(regions.num_regions)
+                arrays = {"x": regions.features.T, "bbox": regions.boxes, "num_bbox": count, **size}
+            np.savez(tmp / f"{image_id}.npz", **arrays)
+            count += 1
+    return count

@@ -1,0 +1,50 @@
+"""Batching of variable-length region sets into padded tensors with a mask."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.errors import DataError
+
+
+def pad_regions(items: list[RegionFeatures], max_regions: int) -> dict[str, torch.Tensor]:
+    """Stack the regions of B images, keeping at most ``max_regions`` per image (the first ones:
+    detectors emit regions sorted by confidence).
+
+    Returns ``features`` (B, N, D) float32, ``boxes`` (B, N, 4) float32, ``sizes`` (B, 2) float32
+    (width, height) and ``region_mask`` (B, N) bool (True = real region), where
+    N = min(max_regions, largest region count in the batch); padding is zero.
+    """
+    if not items:
+        raise DataError("cannot pad an empty batch of regions")
+    if max_regions < 1:
+        raise DataError(f"max_regions must be >= 1, got {max_regions}")
+    dims = {item.features.shape[1] for item in items}
+    if len(dims) != 1:
+        raise DataError(f"images in one batch have different feature dimensions {sorted(dims)}")
+    counts = [min(item.num_regions, max_regions) for item in items]
+    batch, length, dim = len(items), max(counts), dims.pop()
+    features = np.zeros((batch, length, dim), dtype=np.float32)
+    boxes = np.zeros((batch, length, 4), dtype=np.float32)
+    mask = np.zeros((batch, length), dtype=bool)
+    for row, (item, count) in enumerate(zip(items, counts)):
+        features[row, :count] = item.features[:count]
+        boxes[row, :count] = item.boxes[:count]
+        mask[row, :count] = True
+    sizes = np.asarray([(item.width, item.height) for item in items], dtype=np.float32)
+    return {
+        "features": torch.from_numpy(features),
+        "boxes": torch.from_numpy(boxes),
+        "sizes": torch.from_numpy(sizes),
+        "region_mask": torch.from_numpy(mask),
+    }
+
+
+def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> RegionFeatures:
+    """Regions of ``image_id`` cut to the first ``max_regions`` (datasets cut early, collation pads)."""
+    regions = store.get(image_id)
+    if regions.num_regions <= max_regions:
+        return regions
+    return RegionFeatures(regions.features[:max_regions], regions.boxes[:max_regions], regions.width, regions.height)

@@ -1,0 +1,90 @@
+"""Word vocabulary: special tokens, count threshold, encode/decode, JSON persistence.
+
+Indices: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3, then the kept words ordered by
+count (descending) and then alphabetically, so a vocabulary is a deterministic function of the captions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from vlattn.data.jsonfiles import field, read_json, write_json
+from vlattn.data.karpathy import ImageEntry, normalize_split
+from vlattn.errors import DataError
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+FORMAT = "vlattn-vocab"
+
+
+class Vocabulary:
+    """Bidirectional word <-> index map with the four special tokens first."""
+
+    PAD, BOS, EOS, UNK = 0, 1, 2, 3
+
+    def __init__(self, words: Sequence[str]) -> None:
+        """``words``: the non-special words in index order (index 4 onwards)."""
+        self.itos: list[str] = [*SPECIALS, *words]
+        self.stoi: dict[str, int] = {word: index for index, word in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            raise DataError("vocabulary words must be unique and must not repeat the special tokens")
+
+    @classmethod
+    def build(cls, captions: Iterable[Sequence[str]], min_count: int = 5) -> "Vocabulary":
+        """Keep words occurring at least ``min_count`` times in the tokenised ``captions``."""
+        counts = Counter(word for caption in captions for word in caption)
+        kept = [word for word, count in counts.items() if count >= min_count and word not in SPECIALS]
+        kept.sort(key=lambda word: (-counts[word], word))
+        return cls(kept)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self.stoi
+
+    def encode(self, tokens: Sequence[str], max_len: int | None = None) -> list[int]:
+        """Word indices of ``tokens`` (no BOS/EOS; unknown words -> UNK), truncated to ``max_len``."""
+        ids = [self.stoi.get(token, self.UNK) for token in tokens]
+        return ids if max_len is None else ids[:max_len]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Words joined by spaces: stops at EOS, skips PAD and BOS."""
+        words = []
+        for index in ids:
+            index = int(index)
+            if index == self.EOS:
+                break
+            if index in (self.PAD, self.BOS):
+                continue
+            words.append(self.itos[index])
+        return " ".join(words)
+
+    def save(self, path: str | Path) -> None:
+        """Write ``{"format", "itos"}`` JSON atomically."""
+        write_json(path, {"format": FORMAT, "itos": self.itos})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        """Read a vocabulary written by :meth:`save`."""
+        data = read_json(path)
+        itos = field(data, "itos", list, path=path, item="itos")
+        if data.get("format") != FORMAT or tuple(itos[: len(SPECIALS)]) != SPECIALS:
+            raise DataError(f"not a {FORMAT} file (special tokens must come first: {SPECIALS})", path=path)
+        if not all(isinstance(word, str) for word in itos):
+            raise DataError("vocabulary entries must be strings", path=path, item="itos")
+        try:
+            return cls(itos[len(SPECIALS) :])
+        except DataError as err:
+            raise DataError(str(err), path=path) from None
+
+
+def build_vocabulary(
+    entries: Iterable[ImageEntry], splits: Sequence[str] = ("train",), min_count: int = 5
+) -> Vocabulary:
+    """Vocabulary from the captions of ``entries`` in ``splits`` (``restval`` counts as ``train``)."""
+    wanted = {normalize_split(split) for split in splits}
+    return Vocabulary.build(
+        (caption for entry in entries if entry.split in wanted for caption in entry.captions), min_count=min_count
+    )

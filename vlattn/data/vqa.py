@@ -1,0 +1,236 @@
+"""VQA v2 files (questions and annotations), their writers, and a dataset joining them with a feature store.
+
+Questions (``v2_OpenEnded_mscoco_<subtype>_questions.json``):
+``{"info", "task_type", "data_type", "data_subtype", "license",
+"questions": [{"image_id", "question", "question_id"}]}``.
+Annotations (``v2_mscoco_<subtype>_annotations.json``): ``{"info", "data_type", "data_subtype", "license",
+"annotations": [{"question_id", "image_id", "question_type", "answer_type", "multiple_choice_answer",
+"answers": [{"answer", "answer_confidence", "answer_id"}] x 10}]}``.
+Answer normalisation, accuracy and the answer vocabulary live in :mod:`vlattn.data.vqa_answers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field as dataclass_field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from vlattn.data.captioning import collate_regions
+from vlattn.data.features.base import FeatureStore
+from vlattn.data.features.checks import require_ids
+from vlattn.data.regions import first_regions
+from vlattn.data.jsonfiles import field, read_json, write_json
+from vlattn.data.text import tokenize
+from vlattn.data.vocab import Vocabulary
+from vlattn.data.vqa_answers import AnswerVocabulary, normalize_answer, vqa_accuracy
+from vlattn.errors import DataError
+
+__all__ = [
+    "Annotation",
+    "AnswerVocabulary",
+    "Question",
+    "VQADataset",
+    "collate_vqa",
+    "load_annotations",
+    "load_questions",
+    "normalize_answer",
+    "vqa_accuracy",
+    "write_annotations",
+    "write_questions",
+]
+
+UNANSWERABLE = ("skip", "keep", "error")
+_LICENSE = {"name": "unspecified", "url": ""}
+
+
+@dataclass
+class Question:
+    """One question about one image."""
+
+    question_id: int
+    image_id: int
+    question: str
+
+
+@dataclass
+class Annotation:
+    """Human answers to one question (``answers`` normally 10, ``confidences`` yes/maybe/no or empty)."""
+
+    question_id: int
+    image_id: int
+    question_type: str
+    answer_type: str
+    multiple_choice_answer: str
+    answers: list[str]
+    confidences: list[str] = dataclass_field(default_factory=list)
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Questions of a VQA v2 questions file, in file order."""
+    records = field(read_json(path), "questions", list, path=path, item="top level")
+    questions = []
+    for index, record in enumerate(records):
+        question_id = field(record, "question_id", int, path=path, item=f"questions[{index}]")
+        where = f"question {question_id}"
+        text = field(record, "question", str, path=path, item=where)
+        if not tokenize(text):
+            raise DataError("empty question", path=path, item=where)
+        questions.append(Question(question_id, field(record, "image_id", int, path=path, item=where), text))
+    return questions
+
+
+def _parse_annotation(record: Any, index: int, path: str | Path) -> Annotation:
+    question_id = field(record, "question_id", int, path=path, item=f"annotations[{index}]")
+    where = f"question {question_id}"
+    answers = field(record, "answers", list, path=path, item=where)
+    if not answers:
+        raise DataError("no human answers", path=path, item=where)
+    texts = [field(a, "answer", str, path=path, item=f"{where} answers[{k}]") for k, a in enumerate(answers)]
+    return Annotation(
+        question_id=question_id,
+        image_id=field(record, "image_id", int, path=path, item=where),
+        question_type=str(record.get("question_type", "")),
+        answer_type=str(record.get("answer_type", "")),
+        multiple_choice_answer=field(record, "multiple_choice_answer", str, path=path, item=where),
+        answers=texts,
+        confidences=[str(a.get("answer_confidence", "")) for a in answers],
+    )
+
+
+def load_annotations(path: str | Path) -> dict[int, Annotation]:
+    """Annotations of a VQA v2 annotations file, keyed by question id."""
+    records = field(read_json(path), "annotations", list, path=path, item="top level")
+    annotations: dict[int, Annotation] = {}
+    for index, record in enumerate(records):
+        annotation = _parse_annotation(record, index, path)
+        if annotation.question_id in annotations:
+            raise DataError("duplicate annotation", path=path, item=f"question {annotation.question_id}")
+        annotations[annotation.question_id] = annotation
+    return annotations
+
+
+def _header(data_subtype: str) -> dict[str, Any]:
+    info = {"description": "VQA v2 layout written by vlattn", "version": "2.0"}
+    return {"info": info, "data_type": "mscoco", "data_subtype": data_subtype, "license": _LICENSE}
+
+
+def write_questions(path: str | Path, questions: Sequence[Question], *, data_subtype: str = "train2014") -> None:
+    """Write a VQA v2 (Open-Ended) questions file atomically."""
+    records = [{"image_id": q.image_id, "question": q.question, "question_id": q.question_id} for q in questions]
+    write_json(path, {**_header(data_subtype), "task_type": "Open-Ended", "questions": records})
+
+
+def write_annotations(path: str | Path, annotations: Sequence[Annotation], *, data_subtype: str = "train2014") -> None:
+    """Write a VQA v2 annotations file atomically (without ``confidences``, each answer's is ``"yes"``)."""
+    for a in annotations:
+        if a.confidences and len(a.confidences) != len(a.answers):
+            raise DataError("answers and confidences differ in length", path=path, item=f"question {a.question_id}")
+    records = [
+        {
+            "question_id": a.question_id,
+            "image_id": a.image_id,
+            "question_type": a.question_type,
+            "answer_type": a.answer_type,
+            "multiple_choice_answer": a.multiple_choice_answer,
+            "answers": [
+                {"answer": text, "answer_confidence": confidence, "answer_id": k + 1}
+                for k, (text, confidence) in enumerate(zip(a.answers, a.confidences or ["yes"] * len(a.answers)))
+            ],
+        }
+        for a in annotations
+    ]
+    write_json(path, {**_header(data_subtype), "annotations": records})
+
+
+class VQADataset(Dataset):
+    """Questions joined with their annotations (optional, e.g. for test) and image regions.
+
+    Item: ``{"question_id", "image_id", "regions", "question"}`` (word indices, at most
+    ``max_question_len``) plus ``"target"`` (A,) float32 soft scores when annotations are given.
+    A question none of whose human answers is a candidate of ``answers`` is handled by
+    ``unanswerable``: ``"skip"`` drops it (usual for training), ``"keep"`` keeps it with an all-zero
+    target (honest evaluation), ``"error"`` raises. ``source`` names the annotation file in errors.
+    """
+
+    def __init__(
+        self,
+        questions: Sequence[Question],
+        annotations: dict[int, Annotation] | None,
+        store: FeatureStore,
+        words: Vocabulary,
+        answers: AnswerVocabulary | None,
+        max_regions: int,
+        max_question_len: int = 14,
+        unanswerable: str = "skip",
+        feature_dim: int | None = None,
+        source: str | Path | None = None,
+    ) -> None:
+        if unanswerable not in UNANSWERABLE:
+            raise DataError(f"unanswerable must be one of {UNANSWERABLE}, got {unanswerable!r}")
+        if (annotations is None) != (answers is None):
+            raise DataError("annotations and an answer vocabulary go together")
+        self.store, self.words, self.answers, self.source = store, words, answers, source
+        self.max_regions, self.max_question_len = max_regions, max_question_len
+        self.questions = [q for q in questions if self._keep(q, annotations, unanswerable)]
+        if not self.questions:
+            raise DataError("no questions left for the dataset", path=store.path)
+        self.targets = None if annotations is None else [annotations[q.question_id].answers for q in self.questions]
+        require_ids(store, {q.image_id for q in self.questions}, feature_dim)
+
+    def _keep(self, question: Question, annotations: dict[int, Annotation] | None, unanswerable: str) -> bool:
+        """Check ``question`` against its annotation; False when it is unanswerable and skipped."""
+        if annotations is None:
+            return True
+        where = f"question {question.question_id}"
+        annotation = annotations.get(question.question_id)
+        if annotation is None:
+            raise DataError("question has no annotation", path=self.source, item=where)
+        if annotation.image_id != question.image_id:
+            mismatch = f"annotation image {annotation.image_id} != question image {question.image_id}"
+            raise DataError(mismatch, path=self.source, item=where)
+        assert self.answers is not None
+        if self.answers.soft_scores(annotation.answers) or unanswerable == "keep":
+            return True
+        if unanswerable == "error":
+            unknown = sorted(set(annotation.answers))
+            raise DataError(f"no human answer is in the answer vocabulary: {unknown}", path=self.source, item=where)
+        return False
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        question = self.questions[index]
+        item: dict[str, Any] = {
+            "question_id": question.question_id,
+            "image_id": question.image_id,
+            "regions": first_regions(self.store, question.image_id, self.max_regions),
+            "question": self.words.encode(tokenize(question.question), self.max_question_len),
+        }
+        if self.targets is not None and self.answers is not None:
+            target = np.zeros(len(self.answers), dtype=np.float32)
+            for answer_index, score in self.answers.soft_scores(self.targets[index]).items():
+                target[answer_index] = score
+            item["target"] = target
+        return item
+
+
+def collate_vqa(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Batch: :func:`~vlattn.data.captioning.collate_regions` plus ``question_ids`` (B,), ``questions``
+    (B, L) long padded with PAD, ``question_mask`` (B, L) bool (True = word) and ``targets`` (B, A)
+    when the items have them."""
+    out = collate_regions(batch)
+    out["question_ids"] = torch.tensor([item["question_id"] for item in batch], dtype=torch.long)
+    length = max(len(item["question"]) for item in batch)
+    questions = torch.full((len(batch), length), Vocabulary.PAD, dtype=torch.long)
+    for row, item in enumerate(batch):
+        questions[row, : len(item["question"])] = torch.tensor(item["question"], dtype=torch.long)
+    out["questions"] = questions
+    out["question_mask"] = questions != Vocabulary.PAD
+    if "target" in batch[0]:
+        out["targets"] = torch.from_numpy(np.stack([item["target"] for item in batch]))
+    return out
