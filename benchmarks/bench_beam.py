@@ -1,0 +1,58 @@
+"""Beam search with and without the key/value cache (issue 3, "Benchmarks").
+
+Beam 5, 20 steps, batch 10, 50 regions x 2048-d, d=512, 3+3 layers, vocabulary 10201; one thread; cached and
+uncached runs interleaved; medians reported and written to benchmarks/RESULTS.md ("## Beam search cache").
+Uncached means every step re-runs the decoder over the whole prefix and re-projects the image keys/values.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+
+import torch
+from results import paired_ratio, parse_args, publish
+
+from vlattn.config import ModelConfig
+from vlattn.decoding import beam_search
+from vlattn.models import build_captioner
+from vlattn.models.profile import random_batch, time_interleaved
+
+BOS, EOS = 1, 2
+
+
+def main() -> None:
+    args = parse_args(__doc__, repeats=5)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    vocab, batch, regions, beam, steps = 10201, 10, 50, 5, 20
+    model = build_captioner(ModelConfig(encoder_layers=3, decoder_layers=3), vocab).eval()
+    inputs = random_batch(batch, regions, 1, 2048, vocab)
+    features, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
+    results = {}
+
+    def run(use_cache: bool) -> None:
+        model.use_cache = use_cache
+        results[use_cache] = beam_search(model, features, boxes, mask, bos=BOS, eos=EOS, beam_size=beam, max_len=steps)
+
+    times = time_interleaved({"cached": lambda: run(True), "uncached": lambda: run(False)}, args.repeats)
+    same = torch.equal(results[True].tokens, results[False].tokens)
+    length = results[True].tokens.shape[2]
+    cached, uncached = statistics.median(times["cached"]), statistics.median(times["uncached"])
+    paired = paired_ratio(times["uncached"], times["cached"])
+    body = f"""Beam {beam}, max {steps} steps (ran {length}), batch {batch}, {regions} regions x 2048-d, d=512, 8 heads,
+3+3 layers, vocabulary {vocab}; `torch.set_num_threads(1)`, {args.repeats} interleaved runs each, medians.
+torch {torch.__version__}, {platform.processor() or platform.machine()}.
+
+| decoding | median time (s) | all runs (s) |
+|---|---|---|
+| cached (K/V cache) | {cached / 1000:.2f} | {", ".join(f"{t / 1000:.2f}" for t in times["cached"])} |
+| uncached (prefix recomputed) | {uncached / 1000:.2f} | {", ".join(f"{t / 1000:.2f}" for t in times["uncached"])} |
+
+Speed-up with the cache: **{uncached / cached:.2f}x** from the medians, {paired:.2f}x
+median of the per-round ratios (target >= 3x). Identical beams cached vs uncached: {same}."""
+    publish("Beam search cache", body, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Write one ``## Heading`` section of ``benchmarks/RESULTS.md``, keeping every other section as it is."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def write_section(heading: str, body: str, path: Path = RESULTS) -> None:
+    """Replace the section under ``## heading`` (up to the next ``## ``) with ``body``, or append it."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    section = f"## {heading}\n\n{body.strip()}\n\n"
+    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def parse_args(doc: str, repeats: int) -> argparse.Namespace:
+    """The options every benchmark takes: ``--repeats`` and ``--no-write``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=repeats, help="interleaved runs of each variant")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    return parser.parse_args()
+
+
+def publish(heading: str, body: str, args: argparse.Namespace) -> None:
+    """Print ``body`` with the command that produced it, and write it as a section unless ``--no-write``."""
+    body = f"{body.strip()}\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`"
+    print(body)
+    if not args.no_write:
+        write_section(heading, body)
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over interleaved rounds of numerator_i / denominator_i (robust to load that shifts mid-run)."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))

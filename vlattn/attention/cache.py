@@ -1,0 +1,71 @@
+"""Key/value caches for incremental decoding (Vaswani et al. 2017, Sec. 3.2.3, used autoregressively).
+
+A cache holds the *projected* keys and values of one attention site, laid out (B, H, N, d_k):
+
+- :class:`KVCache` (decoder self-attention): each step projects only the new token(s) and appends them,
+  so step t costs O(t) instead of re-running the whole prefix.
+- :class:`StaticKVCache` (decoder cross-attention): the image's keys/values are projected on first use
+  and reused at every later step (the M2 anchor re-projects them at every step).
+
+Caches live in the decoding state returned by a model's ``encode``; :func:`reorder_state` index-selects
+every tensor of that state (and of the caches in it) to follow beams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+Projector = Callable[[], tuple[Tensor, Tensor]]
+
+
+class KVCache:
+    """Appending cache: keys/values (B, H, t, d_k) grow by the new positions at every call."""
+
+    def __init__(self, key: Tensor | None = None, value: Tensor | None = None) -> None:
+        self.key = key
+        self.value = value
+
+    def __len__(self) -> int:
+        return 0 if self.key is None else self.key.shape[2]
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
+        """Project the new key/value positions with ``project()``, append them, return all (B, H, t, d_k)."""
+        key, value = project()
+        if self.key is not None:
+            key = torch.cat([self.key, key], dim=2)  # (B, H, t, d_k)
+            value = torch.cat([self.value, value], dim=2)
+        self.key, self.value = key, value
+        return key, value
+
+    def reorder(self, index: Tensor) -> KVCache:
+        """A new cache holding batch rows ``index`` (B',)."""
+        if self.key is None:
+            return type(self)()
+        return type(self)(self.key.index_select(0, index), self.value.index_select(0, index))
+
+
+class StaticKVCache(KVCache):
+    """Compute-once cache: keys/values (B, H, N, d_k) over a fixed memory (the image regions)."""
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
+        """Return the stored key/value, projecting them with ``project()`` on the first call only."""
+        if self.key is None:
+            self.key, self.value = project()
+        return self.key, self.value
+
+
+def reorder_state(state: Any, index: Tensor) -> Any:
+    """Select batch rows ``index`` (B',) of every tensor and cache in a nested dict/list/tuple state."""
+    if isinstance(state, Tensor):
+        return state.index_select(0, index)
+    if isinstance(state, KVCache):
+        return state.reorder(index)
+    if isinstance(state, dict):
+        return {name: reorder_state(value, index) for name, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(reorder_state(value, index) for value in state)
+    return state

@@ -1,0 +1,79 @@
+"""Batched beam search over any model with ``encode``/``step``/``reorder`` (as used by the M2 paper, Sec. 4.2,
+beam 5; NG-SAN Sec. 5.1, beam 3), with optional length normalisation score / length^alpha.
+
+All images and beams advance together as one (B * K)-row batch: the K * V candidates of each image are
+ranked with one ``topk``, beam and word indices come from integer floor division, and finished beams are
+kept alive by allowing them a single zero-cost continuation (written as ``pad``) — no per-image loops.
+With ``grad=True`` the per-token log-probabilities of the returned beams keep their gradients (SCST over
+the k beams, M2 Sec. 3.3).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from vlattn.decoding.common import Generator, extend, first_step
+
+
+class Beams(NamedTuple):
+    """``tokens`` (B, K, L) best first, without BOS, EOS included, ``pad`` after it (``L <= max_len``);
+    ``log_probs`` (B, K, L) per token (0 after EOS); ``scores`` (B, K) sum of log-probs / length^alpha."""
+
+    tokens: Tensor
+    log_probs: Tensor
+    scores: Tensor
+
+
+def beam_search(
+    model: Generator,
+    features: Tensor,
+    boxes: Tensor,
+    region_mask: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    beam_size: int = 5,
+    max_len: int = 20,
+    length_penalty: float = 0.0,
+    pad: int = 0,
+    grad: bool = False,
+) -> Beams:
+    """Keep the ``beam_size`` best prefixes per image for up to ``max_len`` words; see :class:`Beams`.
+
+    ``length_penalty`` alpha ranks hypotheses by sum(log p) / length^alpha (0 = plain sum, 1 = mean).
+    ``grad``: keep the graph so ``log_probs`` are differentiable.
+    """
+    with torch.set_grad_enabled(grad):
+        batch = features.shape[0]
+        first, state, prefix, _ = first_step(model, features, boxes, region_mask, bos, beam_size)
+        top, word = first.topk(beam_size, dim=-1)  # (B, K): K distinct first words per image
+        finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)  # (R,), R = B * K
+        prefix, _, finished = extend(prefix, word.reshape(-1), finished, pad, eos)
+        token_log_probs = top.reshape(-1, 1)  # (R, t)
+        total = top.reshape(-1)  # (R,) sum of log-probs
+        length = torch.ones_like(total)  # (R,) words up to and including EOS
+        offsets = torch.arange(batch, device=prefix.device)[:, None] * beam_size  # (B, 1)
+        vocab = first.shape[1]
+        frozen = torch.full_like(first[0], float("-inf"))  # (V,): a finished row's only continuation
+        frozen[eos] = 0.0
+        for _ in range(1, max_len):
+            if finished.all():
+                break
+            log_probs, state = model.step(prefix, state)  # (R, V)
+            log_probs = torch.where(finished[:, None], frozen, log_probs)  # (R, V)
+            grown = length + (~finished).to(length.dtype)  # (R,)
+            rank = (total[:, None] + log_probs) / grown[:, None] ** length_penalty  # (R, V)
+            _, flat = rank.detach().reshape(batch, beam_size * vocab).topk(beam_size, dim=-1)  # (B, K)
+            source = (offsets + torch.div(flat, vocab, rounding_mode="floor")).reshape(-1)  # (R,) row of origin
+            word = (flat % vocab).reshape(-1)  # (R,)
+            state = model.reorder(state, source)
+            chosen = log_probs[source, word]  # (R,), 0 for finished rows
+            total, length = total[source] + chosen, grown[source]
+            token_log_probs = torch.cat([token_log_probs[source], chosen[:, None]], dim=1)
+            prefix, _, finished = extend(prefix[source], word, finished[source], pad, eos)
+        scores = (total / length**length_penalty).reshape(batch, beam_size)
+        tokens = prefix[:, 1:].reshape(batch, beam_size, -1)
+        return Beams(tokens, token_log_probs.reshape(batch, beam_size, -1), scores)

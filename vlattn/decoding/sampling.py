@@ -1,0 +1,96 @@
+"""Greedy decoding and multinomial sampling (the k-sample rollouts of self-critical training,
+Rennie et al. 2017; "new self-critical" / M2 Sec. 3.3 with k samples per image).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from vlattn.decoding.common import Generator, extend, first_step
+
+
+class Samples(NamedTuple):
+    """``tokens`` (B, k, L) without BOS, EOS included, ``pad`` after it; ``log_probs`` (B, k, L) per token
+    (0 after EOS), differentiable. ``L <= max_len``."""
+
+    tokens: Tensor
+    log_probs: Tensor
+
+
+def rollout(
+    model: Generator,
+    features: Tensor,
+    boxes: Tensor,
+    region_mask: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    pad: int,
+    max_len: int,
+    copies: int,
+    choose: Callable[[Tensor], Tensor],
+) -> Samples:
+    """Decode ``copies`` sequences per image, picking each word with ``choose(log_probs (R,V)) -> (R,)``."""
+    batch = features.shape[0]
+    first, state, prefix, rows = first_step(model, features, boxes, region_mask, bos, copies)
+    log_probs = first[rows]  # (R, V), R = B * copies
+    finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
+    chosen = []
+    for t in range(max_len):
+        if t:
+            log_probs, state = model.step(prefix, state)  # (R, V)
+        prefix, word, now_finished = extend(prefix, choose(log_probs), finished, pad, eos)
+        chosen.append(log_probs.gather(1, word[:, None]).squeeze(1).masked_fill(finished, 0.0))
+        finished = now_finished
+        if finished.all():
+            break
+    tokens = prefix[:, 1:].reshape(batch, copies, -1)  # (B, k, L)
+    return Samples(tokens, torch.stack(chosen, dim=1).reshape(batch, copies, -1))
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Generator,
+    features: Tensor,
+    boxes: Tensor,
+    region_mask: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    max_len: int = 20,
+    pad: int = 0,
+) -> Tensor:
+    """Arg-max decoding: tokens (B, L) without BOS, EOS included, ``pad`` after it, ``L <= max_len``."""
+    argmax = partial(torch.argmax, dim=-1)
+    samples = rollout(
+        model, features, boxes, region_mask, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=1, choose=argmax
+    )
+    return samples.tokens[:, 0]
+
+
+def sample(
+    model: Generator,
+    features: Tensor,
+    boxes: Tensor,
+    region_mask: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    num_samples: int = 5,
+    max_len: int = 20,
+    pad: int = 0,
+    generator: torch.Generator | None = None,
+) -> Samples:
+    """``num_samples`` multinomial samples per image, with their per-token log-probs (gradients kept)."""
+
+    def draw(log_probs: Tensor) -> Tensor:
+        return torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+
+    return rollout(
+        model, features, boxes, region_mask, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=num_samples, choose=draw
+    )

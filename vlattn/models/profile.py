@@ -1,0 +1,112 @@
+"""Model profiling for ``vlattn profile``: trainable parameters, FLOPs of one XE training step and of one
+cached decoding step (``torch.utils.flop_counter.FlopCounterMode``), and measured latency.
+
+Inputs are random tensors of the given shapes: ``batch`` images of ``regions`` x ``feature_dim`` features,
+captions of ``length`` tokens over a vocabulary of ``vocab`` ids. The model must implement
+``forward(features, boxes, region_mask, tokens)`` and ``encode``/``step``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """Trainable parameters: ``total`` and one entry per top-level child module (shared ones counted once
+    in ``total``)."""
+    counts = {name: trainable(child) for name, child in model.named_children()}
+    return {"total": trainable(model), **counts}
+
+
+def trainable(module: nn.Module) -> int:
+    """Number of trainable parameters of ``module`` (shared parameters counted once)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def random_batch(batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> dict[str, Tensor]:
+    """Random ``features`` (B, N, D), ``boxes`` (B, N, 4), all-real ``region_mask`` (B, N) and
+    ``tokens`` (B, length + 1)."""
+    generator = torch.Generator().manual_seed(0)
+    corner = torch.rand(batch, regions, 2, generator=generator) * 100
+    return {
+        "features": torch.randn(batch, regions, feature_dim, generator=generator),
+        "boxes": torch.cat([corner, corner + 1 + torch.rand(batch, regions, 2, generator=generator) * 100], dim=-1),
+        "region_mask": torch.ones(batch, regions, dtype=torch.bool),
+        "tokens": torch.randint(4, vocab, (batch, length + 1), generator=generator),
+    }
+
+
+def train_step(model: nn.Module, inputs: dict[str, Tensor]) -> None:
+    """Forward, teacher-forced cross-entropy and backward (gradients are cleared afterwards)."""
+    tokens = inputs["tokens"]
+    logits = model(inputs["features"], inputs["boxes"], inputs["region_mask"], tokens[:, :-1])  # (B, T, V)
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def decode_step(model: nn.Module, inputs: dict[str, Tensor]) -> Callable[[], None]:
+    """A closure running one decoding ``step`` on ``tokens`` (B, length + 1) from a state warmed over the
+    first ``length`` of them; each run steps a copy (``step`` extends caches in place)."""
+    tokens = inputs["tokens"]
+    rows = torch.arange(tokens.shape[0])
+    with torch.no_grad():
+        state = model.encode(inputs["features"], inputs["boxes"], inputs["region_mask"])
+        for t in range(1, tokens.shape[1]):
+            _, state = model.step(tokens[:, :t], state)
+
+    def run() -> None:
+        with torch.no_grad():
+            model.step(tokens, model.reorder(state, rows))
+
+    return run
+
+
+def count_flops(run: Callable[[], None]) -> int:
+    """Total FLOPs of ``run()``."""
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
+
+
+def flops_train_step(model: nn.Module, batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> int:
+    """FLOPs of one XE training step (forward + loss + backward) at the given shapes."""
+    inputs = random_batch(batch, regions, length, feature_dim, vocab)
+    return count_flops(lambda: train_step(model, inputs))
+
+
+def flops_decode_step(model: nn.Module, batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> int:
+    """FLOPs of the decoding step that predicts word ``length + 1`` after ``length`` words (with the model's
+    cache setting; the per-image encoding is excluded)."""
+    run = decode_step(model, random_batch(batch, regions, length, feature_dim, vocab))
+    return count_flops(run)
+
+
+def latency(
+    model: nn.Module, batch: int, regions: int, length: int, feature_dim: int, vocab: int, repeats: int = 5
+) -> dict[str, float]:
+    """Median wall-clock milliseconds of one training step and one decoding step (the latter including a
+    copy of the warm decoding state) over ``repeats`` interleaved runs."""
+    inputs = random_batch(batch, regions, length, feature_dim, vocab)
+    runs = {"train_step_ms": lambda: train_step(model, inputs), "decode_step_ms": decode_step(model, inputs)}
+    return {name: statistics.median(times) for name, times in time_interleaved(runs, repeats).items()}
+
+
+def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of ``repeats`` calls of each run, interleaved (A B A B ...) after one warm-up call each,
+    so that machine noise hits every run alike."""
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return times
