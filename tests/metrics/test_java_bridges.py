@@ -1,0 +1,36 @@
+"""METEOR (compared with pycocoevalcap's numbers) and SPICE availability; skipped without Java."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlattn.metrics import Meteor, Spice
+
+GTS = {1: ["a man riding a horse", "a person on a horse"], 2: ["two dogs play in the grass", "dogs playing"],
+       5: ["a red bus on the street", "a bus parked by the road"]}
+RES = {1: ["a man on a horse"], 2: ["a dog in grass"], 5: ["a red bus"]}
+
+
+# pycocoevalcap 1.2's Meteor().compute_score(GTS, RES) on this machine (recorded rather than run live: each
+# METEOR process spends ~20 s loading its paraphrase table, and the test directory must stay fast).
+PYCOCOEVALCAP_METEOR = (0.3138668307889446, [0.8666666666666667, 0.14035087719298242, 0.32253203916506945])
+
+
+def test_meteor_matches_pycocoevalcap() -> None:
+    meteor = Meteor()
+    if not meteor.available():
+        pytest.skip(meteor.reason)
+    with meteor:
+        score, scores = meteor.compute_score(GTS, RES)
+    assert score == pytest.approx(PYCOCOEVALCAP_METEOR[0], abs=1e-12)
+    assert scores == pytest.approx(PYCOCOEVALCAP_METEOR[1], abs=1e-12)
+    meteor.close()  # idempotent
+
+
+def test_spice_never_fakes_a_number() -> None:
+    spice = Spice()
+    if spice.available():
+        pytest.skip("SPICE models installed")
+    assert spice.reason
+    with pytest.raises(RuntimeError, match="SPICE unavailable"):
+        spice.compute_score(GTS, RES)

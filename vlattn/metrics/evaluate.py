@@ -1,0 +1,140 @@
+"""One call that tokenises captions and scores them with the COCO caption metrics.
+
+Options the anchors differ on are explicit: ``collapse_repeats`` (default off) collapses consecutive
+repeated words of each prediction after tokenisation ("a dog dog runs" -> "a dog runs"), as the M2 code does
+before scoring. Metrics that cannot run (no Java, no SPICE models) are listed in ``unavailable`` with the
+reason, never given a number.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Mapping, Sequence
+
+from vlattn.errors import DataError
+from vlattn.metrics.bleu import Bleu
+from vlattn.metrics.cider import CiderD
+from vlattn.metrics.meteor import Meteor
+from vlattn.metrics.rouge import Rouge
+from vlattn.metrics.spice import Spice
+from vlattn.metrics.tokenizer import PTBTokenizer
+
+Scores = dict[str, float]
+Refs = Mapping[Hashable, Sequence[str]]
+
+
+def _bleu(gts: Refs, res: Refs) -> Scores:
+    corpus, _ = Bleu(4).compute_score(gts, res)
+    return {f"Bleu_{k + 1}": float(s) for k, s in enumerate(corpus)}
+
+
+def _rouge(gts: Refs, res: Refs) -> Scores:
+    return {"ROUGE_L": float(Rouge().compute_score(gts, res)[0])}
+
+
+def _cider(gts: Refs, res: Refs) -> Scores:
+    return {"CIDEr": float(CiderD().compute_score(gts, res)[0])}
+
+
+def _meteor(gts: Refs, res: Refs) -> Scores:
+    with Meteor() as meteor:
+        if not meteor.available():
+            raise _Unavailable(meteor.reason)
+        return {"METEOR": float(meteor.compute_score(gts, res)[0])}
+
+
+def _spice(gts: Refs, res: Refs) -> Scores:
+    spice = Spice()
+    if not spice.available():
+        raise _Unavailable(spice.reason)
+    return {"SPICE": float(spice.compute_score(gts, res)[0])}
+
+
+class _Unavailable(Exception):
+    """A metric that cannot be computed on this machine; the message is the reason."""
+
+
+METRICS: dict[str, Callable[[Refs, Refs], Scores]] = {
+    "BLEU": _bleu, "METEOR": _meteor, "ROUGE_L": _rouge, "CIDEr": _cider, "SPICE": _spice,
+}
+
+
+@dataclass
+class CaptionReport:
+    """``scores`` (Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr, SPICE as computed) and ``unavailable`` (metric -> reason)."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, dict[str, float] | dict[str, str]]:
+        return {"scores": dict(self.scores), "unavailable": dict(self.unavailable)}
+
+
+def collapse_repeated_words(caption: str) -> str:
+    """Collapse runs of the same word: ``"a dog dog runs" -> "a dog runs"``."""
+    return " ".join(word for word, _ in itertools.groupby(caption.split()))
+
+
+def evaluate_captions(
+    gts: Mapping[int, Sequence[str]],
+    res: Mapping[int, str],
+    *,
+    collapse_repeats: bool = False,
+    tokenizer_backend: str = "auto",
+    metrics: Sequence[str] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr", "SPICE"),
+) -> CaptionReport:
+    """Score raw predictions ``{image_id: caption}`` against raw references ``{image_id: [caption, ...]}``."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; valid: {', '.join(METRICS)}")
+    missing = [i for i in gts if i not in res]
+    extra = [i for i in res if i not in gts]
+    if missing or extra:
+        raise DataError(f"predictions and references differ: {len(missing)} images without a prediction "
+                        f"{missing[:5]}, {len(extra)} predictions without references {extra[:5]}")
+    empty = [i for i, refs in gts.items() if not refs]
+    if empty:
+        raise DataError("image has no reference captions", item=empty[0])
+    tokens = PTBTokenizer(tokenizer_backend).tokenize(
+        {**{("gts", i): list(refs) for i, refs in gts.items()}, **{("res", i): [res[i]] for i in gts}}
+    )
+    tok_gts = {i: tokens[("gts", i)] for i in gts}
+    tok_res = {i: tokens[("res", i)] for i in gts}
+    if collapse_repeats:
+        tok_res = {i: [collapse_repeated_words(c) for c in caps] for i, caps in tok_res.items()}
+    report = CaptionReport()
+    for name in metrics:
+        try:
+            report.scores.update(METRICS[name](tok_gts, tok_res))
+        except _Unavailable as reason:
+            report.unavailable[name] = str(reason)
+    return report
+
+
+def best_constant_caption(
+    gts: Mapping[int, Sequence[str]],
+    candidates: Sequence[str] | None = None,
+    *,
+    num_candidates: int = 20,
+    tokenizer_backend: str = "auto",
+) -> tuple[str, float]:
+    """The single caption that maximises CIDEr-D when predicted for every image, and that CIDEr-D.
+
+    It is chosen among ``candidates`` (raw strings), by default the ``num_candidates`` most frequent
+    tokenised reference captions of ``gts``. Returns the tokenised caption and its score.
+    """
+    tokenizer = PTBTokenizer(tokenizer_backend)
+    tok_gts = tokenizer.tokenize(dict(gts))
+    if candidates is None:
+        counts = Counter(c for refs in tok_gts.values() for c in refs)
+        pool = [c for c, _ in counts.most_common(num_candidates)]
+    else:
+        pool = tokenizer.tokenize({0: list(candidates)})[0]
+    if not pool:
+        raise ValueError("no candidate captions")
+    cider = CiderD()
+    scored = [(float(cider.compute_score(tok_gts, {i: [c] for i in tok_gts})[0]), c) for c in pool]
+    score, caption = max(scored, key=lambda item: item[0])
+    return caption, score
