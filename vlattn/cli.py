@@ -21,6 +21,17 @@ app = typer.Typer(help="Attention-based vision-language models: captioning and V
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
 
+@app.callback()
+def options(
+    threads: int = typer.Option(0, "--threads", help="torch intra-op threads (0 = torch's default)."),
+) -> None:
+    """Attention-based vision-language models: captioning and VQA over region features."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 CONFIG = typer.Option(..., "--config", "-c", help="YAML config (see configs/).")
 SET = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")

@@ -110,3 +110,37 @@ def run_caption(
         length_penalty=cfg.eval.length_penalty, batch_size=cfg.eval.batch_size, device=dev,
     )
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
+
+
+def run_profile(cfg: Config, *, vocab_size: int, batch: int, regions: int, length: int, repeats: int) -> dict[str, Any]:
+    """Parameters (total, per top-level module), FLOPs of a training and a decoding step, and latency."""
+    from vlattn.models import build_captioner
+    from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
+
+    model = build_captioner(cfg.model, vocab_size)
+    shapes = dict(batch=batch, regions=regions, length=length, feature_dim=cfg.model.feature_dim, vocab=vocab_size)
+    model.train()
+    train_flops = flops_train_step(model, **shapes)
+    model.eval()
+    decode_flops = flops_decode_step(model, **shapes)
+    model.train()
+    return {
+        "model": cfg.model.kind,
+        "shapes": shapes,
+        "threads": torch.get_num_threads(),
+        "parameters": count_parameters(model),
+        "flops": {"train_step": train_flops, "decode_step": decode_flops},
+        "latency_ms": latency(model, repeats=repeats, **shapes),
+    }
+
+
+def format_profile(report: dict[str, Any]) -> str:
+    """Human-readable table of :func:`run_profile`'s report."""
+    shapes = ", ".join(f"{k}={v}" for k, v in report["shapes"].items())
+    lines = [f"{report['model']} ({shapes}; {report['threads']} threads)", "trainable parameters:"]
+    lines += [f"  {name:<12} {count:>14,}" for name, count in report["parameters"].items()]
+    lines.append("FLOPs:")
+    lines += [f"  {name:<12} {count / 1e9:>14.3f} G" for name, count in report["flops"].items()]
+    lines.append("latency (median):")
+    lines += [f"  {name:<14} {ms:>12.1f} ms" for name, ms in report["latency_ms"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""The `vlattn` command end to end on tiny data: train, eval --json, caption, profile, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from vlattn.cli import app
+from vlattn.config import config_to_dict
+from tests.training.conftest import make_tiny_data, tiny_config
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("cli")
+    data = make_tiny_data(root / "data")
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(data))))
+    run = root / "run"
+    result = runner.invoke(app, ["train", "--config", str(config), "--out", str(run), "--set", "train.epochs=1",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    return data, config, run
+
+
+def test_train_prints_stage_summary(trained: tuple[Path, Path, Path]) -> None:
+    _, _, run = trained
+    assert (run / "checkpoints" / "best" / "model.safetensors").is_file()
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["epochs"] == 1
+
+
+def test_eval_json_and_outputs(trained: tuple[Path, Path, Path]) -> None:
+    data, _, run = trained
+    result = runner.invoke(app, ["eval", "--checkpoint", str(run), "--split", "test", "--json", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["split"] == "test" and report["images"] == 6
+    assert {"Bleu_4", "ROUGE_L", "CIDEr"} <= set(report["scores"])
+    assert "SPICE" in report["unavailable"] or "SPICE" in report["scores"]
+    predictions = json.loads((run / "eval" / "test_predictions.json").read_text())
+    assert sorted(p["image_id"] for p in predictions) == list(range(130, 136))
+    assert all(isinstance(p["caption"], str) for p in predictions)
+    assert json.loads((run / "eval" / "test_metrics.json").read_text())["scores"] == report["scores"]
+
+
+def test_caption_selected_ids(trained: tuple[Path, Path, Path]) -> None:
+    data, _, run = trained
+    result = runner.invoke(app, ["caption", "--checkpoint", str(run), "--features", str(data / "features"),
+                                 "--ids", "101", "--ids", "103", "--beam-size", "1", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["image_id"] for r in rows] == [101, 103]
+
+
+def test_profile_json(trained: tuple[Path, Path, Path]) -> None:
+    _, config, _ = trained
+    result = runner.invoke(app, ["profile", "--config", str(config), "--json", "--vocab-size", "50", "--batch", "2",
+                                 "--regions", "3", "--length", "4", "--repeats", "1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    params = report["parameters"]
+    assert params["total"] == params["encoder"] + params["decoder"]
+    assert report["flops"]["train_step"] > report["flops"]["decode_step"] > 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vlattn.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_bad_input_is_one_line_with_exit_2(trained: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, config, run = trained
+    result = _cli("train", "--config", str(config), "--out", str(tmp_path / "r"), "--set", "model.dmodel=3")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line, no traceback
+    assert "model.dmodel" in result.stderr
+    result = _cli("eval", "--checkpoint", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and "no checkpoint found" in result.stderr and "nowhere" in result.stderr
