@@ -1,0 +1,70 @@
+"""Two-process training with torchrun (gloo on CPU): shards, gradient averaging, rank-0-only outputs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import yaml
+
+from vlattn.config import config_to_dict
+from vlattn.training.distributed import DistContext, average_gradients
+from vlattn.training.loop import EpochBatchSampler
+from tests.training.conftest import tiny_config
+
+
+def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
+    single = EpochBatchSampler(40, 4, seed=3, epoch=1).batches
+    rank0 = EpochBatchSampler(40, 4, seed=3, epoch=1, ctx=DistContext(0, 2)).batches
+    rank1 = EpochBatchSampler(40, 4, seed=3, epoch=1, ctx=DistContext(1, 2)).batches
+    assert rank0 == single[0::2] and rank1 == single[1::2]
+    assert len(rank0) == len(rank1) == 5
+    # An odd number of batches is cut so every rank takes the same number of steps.
+    assert len(EpochBatchSampler(44, 4, seed=3, epoch=1, ctx=DistContext(1, 2)).batches) == 5
+    assert EpochBatchSampler(40, 4, seed=3, epoch=1, skip=2).batches == single[2:]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _average_worker(rank: int, port: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        layer = torch.nn.Linear(2, 1, bias=False)
+        layer.weight.grad = torch.full((1, 2), float(rank * 4 + 1))  # rank 0: 1, rank 1: 5
+        average_gradients(layer, DistContext(rank, 2))
+        torch.save(layer.weight.grad, f"{out}/grad{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_average_gradients_across_two_processes(tmp_path: Path) -> None:
+    torch.multiprocessing.spawn(_average_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        grad = torch.load(tmp_path / f"grad{rank}.pt", weights_only=True)
+        assert torch.equal(grad, torch.full((1, 2), 3.0))  # (1 + 5) / 2 on both ranks
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes(tiny_data: Path, tmp_path: Path) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=1"))))
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           "-m", "vlattn.cli", "train", "--config", str(config), "--out", str(run), "--device", "cpu"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # 72 pairs / batch 8 = 9 global batches -> 8 usable, 4 per rank; only rank 0 logs.
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+    assert sum(r["kind"] == "val" for r in records) == 1
+    assert (run / "checkpoints" / "best" / "model.safetensors").is_file()
