@@ -29,7 +29,6 @@ def test_idempotent_on_joined_output(text: str) -> None:
     assert tokenize(" ".join(tokens)) == tokens
 
 
-@pytest.mark.xfail(strict=True, reason="text.py keeps brackets as -lrb- but re-tokenises '-lrb-' to 'lrb'")
 def test_bracket_tokens_idempotent() -> None:
     tokens = tokenize("a dog (left) on a mat")
     assert tokenize(" ".join(tokens)) == tokens

@@ -37,7 +37,8 @@ _CLITIC = re.compile(r"(?<=\w)('s|'re|'ve|'ll|'d|'m|n't)\b")
 _SPLIT_WORD = re.compile(r"\b(" + "|".join(_SPLIT_WORDS) + r")\b")
 _TOKEN = re.compile(
     r"""
-    (?P<clitic>'(?:s|re|ve|ll|d|m)\b)
+    (?P<bracket>-[lr][rsc]b-)
+    | (?P<clitic>'(?:s|re|ve|ll|d|m)\b)
     | (?P<word>[#@]?\w+(?:(?:[-'./]|(?<=\d)[,:](?=\d))\w+)*)(?P<period>\.(?!\.))?
     | (?P<ellipsis>\.\.\.+)
     | (?P<bang>[!?]+)
