@@ -14,10 +14,12 @@ from typing import Any
 from torch import nn
 
 from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
+from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
 
 ATTENTION: dict[str, type[nn.Module]] = {
     "mha": MultiHeadAttention,
+    "memory": MemoryAugmentedAttention,
 }
 
 
@@ -28,4 +30,12 @@ def build_attention(name: str, **kwargs: Any) -> nn.Module:
     return ATTENTION[name](**kwargs)
 
 
-__all__ = ["ATTENTION", "KVCache", "MultiHeadAttention", "StaticKVCache", "build_attention", "reorder_state"]
+__all__ = [
+    "ATTENTION",
+    "KVCache",
+    "MemoryAugmentedAttention",
+    "MultiHeadAttention",
+    "StaticKVCache",
+    "build_attention",
+    "reorder_state",
+]

@@ -10,10 +10,13 @@ from vlattn.config import ModelConfig
 from vlattn.errors import ConfigError
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, TransformerEncoder
+from vlattn.models.m2 import build_m2
+from vlattn.models.meshed import MeshedCrossAttention
 from vlattn.models.transformer import TransformerCaptioner, attention_factory, build_transformer
 
 MODELS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
     "transformer": build_transformer,
+    "m2": build_m2,
 }
 
 
@@ -29,10 +32,12 @@ __all__ = [
     "CrossAttentionSite",
     "DecoderLayer",
     "EncoderLayer",
+    "MeshedCrossAttention",
     "TransformerCaptioner",
     "TransformerDecoder",
     "TransformerEncoder",
     "attention_factory",
     "build_captioner",
+    "build_m2",
     "build_transformer",
 ]

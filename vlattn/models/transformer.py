@@ -69,8 +69,18 @@ def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> Tra
     """The Transformer captioner described by ``cfg`` (``cfg.options`` must be empty for this kind)."""
     if cfg.options:
         raise ConfigError(f"model.options: kind 'transformer' takes no options, got {sorted(cfg.options)}")
+    make_cross = attention_factory(cfg.decoder_cross_attention, cfg.d_model, cfg.num_heads, cfg.dropout)
+    return encoder_decoder(
+        cfg, vocab_size, pad_id, lambda _: CrossAttentionSite(make_cross(), cfg.d_model, cfg.dropout)
+    )
+
+
+def encoder_decoder(
+    cfg: ModelConfig, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module]
+) -> TransformerCaptioner:
+    """Encoder and decoder stacks of ``cfg`` with the cross-attention site of decoder layer i from
+    ``make_cross_site(i)`` (the extension point of model kinds that differ only there, e.g. M2)."""
     make = partial(attention_factory, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout)
-    make_cross = make(cfg.decoder_cross_attention)
     encoder = TransformerEncoder(
         cfg.feature_dim, cfg.d_model, cfg.d_ff, cfg.encoder_layers, cfg.dropout, make(cfg.encoder_self_attention)
     )
@@ -82,7 +92,7 @@ def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> Tra
         cfg.dropout,
         cfg.max_positions,
         make(cfg.decoder_self_attention),
-        lambda _: CrossAttentionSite(make_cross(), cfg.d_model, cfg.dropout),
+        make_cross_site,
         pad_id=pad_id,
         tie_embeddings=cfg.tie_embeddings,
         output_bias=cfg.output_bias,
