@@ -1,0 +1,106 @@
+"""Writers of the generated data set, each into the layout real data comes in (see :func:`generate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from PIL import Image
+
+from vlattn.data import vqa
+from vlattn.data.features import write_memmap
+from vlattn.data.jsonfiles import write_json
+from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
+from vlattn.data.text import tokenize
+
+from .confound import Confound, cooccurrence
+from .featurize import Featurized
+from .sample import Sample
+
+IMAGE_DIR = "images"
+
+
+def image_filename(image_id: int) -> str:
+    """File name of an image under ``images/``."""
+    return f"synth_{image_id:06d}.png"
+
+
+def question_id(image_id: int, index: int) -> int:
+    """VQA question id: the image id times 10 plus the question's index (< 10) in the image."""
+    return image_id * 10 + index
+
+
+def write_images(root: Path, samples: Sequence[Sample]) -> None:
+    """PNG files ``root/images/synth_<id>.png``."""
+    (root / IMAGE_DIR).mkdir(parents=True, exist_ok=True)
+    for sample in samples:
+        Image.fromarray(sample.pixels).save(root / IMAGE_DIR / image_filename(sample.scene.image_id))
+
+
+def write_captions(root: Path, samples: Sequence[Sample]) -> None:
+    """``dataset.json`` (Karpathy layout) and ``captions_{val,test}.json`` (COCO annotation layout)."""
+    entries = [
+        ImageEntry(
+            image_id=s.scene.image_id,
+            split=s.scene.split,
+            filename=image_filename(s.scene.image_id),
+            captions=[tokenize(c) for c in s.captions],
+            raw=list(s.captions),
+            filepath=IMAGE_DIR,
+        )
+        for s in samples
+    ]
+    write_karpathy(root / "dataset.json", entries)
+    for split in ("val", "test"):
+        chosen = [e for e in entries if e.split == split]
+        refs, filenames = {e.image_id: e.raw for e in chosen}, {e.image_id: e.filename for e in chosen}
+        write_coco_captions(root / f"captions_{split}.json", refs, filenames)
+
+
+def write_scenes(root: Path, samples: Sequence[Sample], info: dict) -> None:
+    """``scenes.json``: generation options and, per image, the objects and the detection regions
+    (each region's ``object`` is the index of the object it covers, or null for background)."""
+    images = [
+        {
+            "image_id": s.scene.image_id,
+            "split": s.scene.split,
+            "filename": image_filename(s.scene.image_id),
+            "width": s.scene.image_size,
+            "height": s.scene.image_size,
+            "objects": [o.to_json() for o in s.scene.objects],
+            "regions": s.detections.to_json(),
+        }
+        for s in samples
+    ]
+    write_json(root / "scenes.json", {"info": info, "images": images})
+
+
+def write_vqa(root: Path, samples: Sequence[Sample]) -> None:
+    """``vqa/questions_<split>.json`` and ``vqa/annotations_<split>.json`` in the VQA v2 layout
+    (a correct annotator answer has confidence "yes", a mistaken one "maybe")."""
+    for split in SPLITS:
+        questions, annotations = [], []
+        for s in (s for s in samples if s.scene.split == split):
+            image_id = s.scene.image_id
+            for k, (question, answers) in enumerate(zip(s.questions, s.answers)):
+                qid = question_id(image_id, k)
+                questions.append(vqa.Question(qid, image_id, question.question))
+                confidences = ["yes" if a == question.answer else "maybe" for a in answers]
+                annotations.append(vqa.Annotation(qid, image_id, question.question_type, question.answer_type,
+                                                  question.answer, answers, confidences))
+        vqa.write_questions(root / "vqa" / f"questions_{split}.json", questions, data_subtype=split)
+        vqa.write_annotations(root / "vqa" / f"annotations_{split}.json", annotations, data_subtype=split)
+
+
+def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized) -> None:
+    """Memmap stores ``features/`` (detection regions) and, with a grid, ``grid_features/``."""
+    ids = [s.scene.image_id for s in samples]
+    write_memmap(root / "features", zip(ids, featurized.regions))
+    if featurized.grid is not None:
+        write_memmap(root / "grid_features", zip(ids, featurized.grid))
+
+
+def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) -> None:
+    """``confound.json``: the options and the realised co-occurrence statistics per split."""
+    objects = ((s.scene.split, o.to_json()) for s in samples for o in s.scene.objects)
+    write_json(root / "confound.json", {**confound.to_json(), "statistics": cooccurrence(objects, confound)})
