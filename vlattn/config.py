@@ -42,6 +42,7 @@ class ModelConfig:
     max_positions: int = 64
     tie_embeddings: bool = False
     output_bias: bool = True
+    box_input: bool = False
     encoder_self_attention: AttentionSpec = field(default_factory=AttentionSpec)
     decoder_self_attention: AttentionSpec = field(default_factory=AttentionSpec)
     decoder_cross_attention: AttentionSpec = field(default_factory=AttentionSpec)

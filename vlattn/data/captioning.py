@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
 from vlattn.data.karpathy import ImageEntry
-from vlattn.data.regions import first_regions, pad_regions
+from vlattn.data.regions import first_regions, normalize_boxes, pad_regions
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 
@@ -79,10 +79,12 @@ class CaptionEvalSet(Dataset):
 
 
 def collate_regions(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``image_ids`` (B,) long plus the :func:`pad_regions` tensors of the items' ``regions``."""
+    """``image_ids`` (B,) long plus the :func:`pad_regions` tensors of the items' ``regions``, with
+    ``boxes`` normalised to fractions of the image size (:func:`normalize_boxes`) as models expect."""
     regions = [item["regions"] for item in batch]
     out: dict[str, Any] = {"image_ids": torch.tensor([item["image_id"] for item in batch], dtype=torch.long)}
     out.update(pad_regions(regions, max(1, max(r.num_regions for r in regions))))
+    out["boxes"] = normalize_boxes(out["boxes"], out["sizes"])
     return out
 
 

@@ -42,6 +42,16 @@ def pad_regions(items: list[RegionFeatures], max_regions: int) -> dict[str, torc
     }
 
 
+def normalize_boxes(boxes: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Pixel boxes (B, N, 4) x1y1x2y2 -> fractions of each image's width/height (sizes (B, 2)); zeros stay zero.
+
+    Models receive boxes in this form: absolute positions become comparable across image sizes, and
+    relative geometry (NG-SAN) is unchanged by the scaling.
+    """
+    scale = sizes.repeat(1, 2)[:, None, :].clamp(min=1.0)  # (B, 1, 4): w, h, w, h
+    return boxes / scale
+
+
 def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> RegionFeatures:
     """Regions of ``image_id`` cut to the first ``max_regions`` (datasets cut early, collation pads)."""
     regions = store.get(image_id)

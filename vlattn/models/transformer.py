@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from vlattn.attention import build_attention, reorder_state
 from vlattn.config import AttentionSpec, ModelConfig
 from vlattn.errors import ConfigError
+from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.models.decoder import CrossAttentionSite, TransformerDecoder
 from vlattn.models.encoder import TransformerEncoder
 
@@ -27,21 +28,30 @@ State = dict[str, Any]
 class TransformerCaptioner(nn.Module):
     """Encoder-decoder captioner over region features; see the module docstring for the state protocol."""
 
-    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, use_cache: bool = True) -> None:
+    def __init__(
+        self, encoder: TransformerEncoder, decoder: TransformerDecoder, use_cache: bool = True, box_input: bool = False
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
         self.use_cache = use_cache
+        self.box_input = box_input
+
+    def _encode(self, features: Tensor, boxes: Tensor, region_mask: Tensor) -> Tensor:
+        """Encoder outputs (B, L, N, d); with ``box_input`` the normalised boxes join the features."""
+        if self.box_input:
+            features = with_box_channels(features, boxes)  # (B, N, D + 5)
+        return self.encoder(features, region_mask)
 
     def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, tokens: Tensor) -> Tensor:
-        """Teacher forcing: ``features`` (B, N, D), ``boxes`` (B, N, 4) (unused by this model),
-        ``region_mask`` bool (B, N), input ``tokens`` (B, T) -> logits (B, T, V)."""
-        return self.decoder(tokens, self.encoder(features, region_mask), region_mask)
+        """Teacher forcing: ``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 (used with
+        ``box_input``), ``region_mask`` bool (B, N), input ``tokens`` (B, T) -> logits (B, T, V)."""
+        return self.decoder(tokens, self._encode(features, boxes, region_mask), region_mask)
 
     def encode(self, features: Tensor, boxes: Tensor, region_mask: Tensor, use_cache: bool | None = None) -> State:
         """State for decoding: ``memory`` (B, L, N, d), ``memory_mask`` (B, N) and, when caching (default
         ``self.use_cache``), ``cache`` (per decoder layer). ``step`` updates the caches in place."""
-        state: State = {"memory": self.encoder(features, region_mask), "memory_mask": region_mask}
+        state: State = {"memory": self._encode(features, boxes, region_mask), "memory_mask": region_mask}
         if self.use_cache if use_cache is None else use_cache:
             state["cache"] = self.decoder.new_cache()
         return state
@@ -81,8 +91,9 @@ def encoder_decoder(
     """Encoder and decoder stacks of ``cfg`` with the cross-attention site of decoder layer i from
     ``make_cross_site(i)`` (the extension point of model kinds that differ only there, e.g. M2)."""
     make = partial(attention_factory, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout)
+    input_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     encoder = TransformerEncoder(
-        cfg.feature_dim, cfg.d_model, cfg.d_ff, cfg.encoder_layers, cfg.dropout, make(cfg.encoder_self_attention)
+        input_dim, cfg.d_model, cfg.d_ff, cfg.encoder_layers, cfg.dropout, make(cfg.encoder_self_attention)
     )
     decoder = TransformerDecoder(
         vocab_size,
@@ -97,4 +108,4 @@ def encoder_decoder(
         tie_embeddings=cfg.tie_embeddings,
         output_bias=cfg.output_bias,
     )
-    return TransformerCaptioner(encoder, decoder)
+    return TransformerCaptioner(encoder, decoder, box_input=cfg.box_input)
