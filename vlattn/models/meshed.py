@@ -1,0 +1,98 @@
+"""Meshed cross-attention (Cornia et al. 2020, "Meshed-Memory Transformer for Image Captioning", Sec. 3.2,
+Eq. 6-9; softmax gating: Sec. 4.3, "Meshed Connectivity"):
+
+    C(X_i, Y)    = Attention(W_q Y, W_k X_i, W_v X_i)                        (Eq. 7, one module for all i)
+    alpha_i      = gate(W_i [Y; C(X_i, Y)] + b_i)                             (Eq. 8, W_i: 2d -> d per level)
+    M_mesh(X, Y) = sum_i alpha_i * C(X_i, Y) / sqrt(N)                        (Eq. 6 and Sec. 4.2)
+    Z            = AddNorm(M_mesh(X, Y))                                      (Eq. 9)
+
+over the N encoder levels the site is connected to (all of them, or only level i for the 1-to-1 ablation).
+``gate`` is a key of :data:`GATES`: the paper's element-wise sigmoid, or a softmax across the levels (the
+Table 1 ablation, which keeps the 1/sqrt(N) scale and changes only the gate).
+
+The site plugs into :class:`~vlattn.models.decoder.TransformerDecoder` as its cross-attention site. Its
+cache is one :class:`~vlattn.attention.cache.StaticKVCache` per level, so the keys/values of every level are
+projected once per image and follow the beams through ``reorder_state``.
+
+Residual placement: we follow Eq. 9 (one AddNorm around the gated sum; C is the bare attention of Eq. 7).
+The released code instead wraps *each* C(X_i, Y) in its own residual + LayerNorm (shared over levels), gates
+and sums those, and adds no AddNorm around the sum; the parameter count is the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from vlattn.attention import StaticKVCache
+from vlattn.layers import PostNorm
+
+# gate name -> map from gate logits (N, B, T, d) to weights alpha (N, B, T, d)
+GATES: dict[str, Callable[[Tensor], Tensor]] = {
+    "sigmoid": torch.sigmoid,  # Eq. 8: each level weighted independently, alpha in (0, 1)
+    "softmax": partial(torch.softmax, dim=0),  # ablation: weights of each element sum to 1 across levels
+}
+
+
+class MeshedCrossAttention(nn.Module):
+    """Gated cross-attention over several encoder levels with one shared attention module (Eq. 6-9).
+
+    ``forward(x (B,T,d), memory (B,L,N,d), memory_mask (B,N), cache) -> (B,T,d)`` attends to the levels
+    ``levels`` (indices into L) of ``memory``; one gate projection W_i (2d -> d, with bias) per level.
+    """
+
+    def __init__(
+        self, attention: nn.Module, d_model: int, dropout: float, levels: Sequence[int], gating: str = "sigmoid"
+    ) -> None:
+        super().__init__()
+        if not levels:
+            raise ValueError("meshed cross-attention needs at least one encoder level")
+        if gating not in GATES:
+            raise KeyError(f"unknown gating {gating!r}; valid names: {', '.join(sorted(GATES))}")
+        self.attention = attention
+        self.levels = tuple(levels)
+        self.gating = gating
+        self.gate_proj = nn.ModuleList(nn.Linear(2 * d_model, d_model) for _ in self.levels)  # W_i, b_i
+        for linear in self.gate_proj:
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+        self.norm = PostNorm(d_model, dropout)
+
+    def extra_repr(self) -> str:
+        return f"levels={self.levels}, gating={self.gating!r}"
+
+    def new_cache(self) -> list[StaticKVCache]:
+        """One empty compute-once cache per connected level."""
+        return [StaticKVCache() for _ in self.levels]
+
+    def attend(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor, cache: list[StaticKVCache] | None = None
+    ) -> Tensor:
+        """C(X_i, Y) for every connected level: (N, B, T, d), from ``x`` (B, T, d), ``memory`` (B, L, Nr, d)."""
+        mask = memory_mask[:, None, None, :]  # (B, 1, 1, Nr): padded regions are never attended to
+        caches = cache if cache is not None else [None] * len(self.levels)
+        return torch.stack(
+            [
+                self.attention(x, memory[:, level], memory[:, level], mask=mask, cache=level_cache)
+                for level, level_cache in zip(self.levels, caches, strict=True)
+            ]
+        )  # (N, B, T, d)
+
+    def gates(self, x: Tensor, attended: Tensor) -> Tensor:
+        """alpha_i of Eq. 8: (N, B, T, d) from the queries ``x`` (B, T, d) and ``attended`` (N, B, T, d)."""
+        logits = torch.stack(
+            [proj(torch.cat([x, level], dim=-1)) for proj, level in zip(self.gate_proj, attended, strict=True)]
+        )  # (N, B, T, d)
+        return GATES[self.gating](logits)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor, cache: list[StaticKVCache] | None = None
+    ) -> Tensor:
+        """``x`` (B, T, d), ``memory`` (B, L, Nr, d), ``memory_mask`` bool (B, Nr) True = real -> (B, T, d)."""
+        attended = self.attend(x, memory, memory_mask, cache)  # (N, B, T, d)
+        meshed = (self.gates(x, attended) * attended).sum(dim=0) / math.sqrt(len(self.levels))  # (B, T, d)
+        return self.norm(x, meshed)
