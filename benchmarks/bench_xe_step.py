@@ -11,7 +11,6 @@ from __future__ import annotations
 import statistics
 
 import torch
-import torch.nn.functional as F
 from results import paired_ratio, parse_args, publish
 from torch import Tensor, nn
 
@@ -19,6 +18,7 @@ from vlattn.config import ModelConfig
 from vlattn.layers import sinusoidal_positions
 from vlattn.models import build_captioner
 from vlattn.models.profile import count_parameters, random_batch, time_interleaved
+from vlattn.training.xe import xe_loss
 
 VOCAB, BATCH, REGIONS, LENGTH, FEATURES = 10201, 10, 50, 20, 2048
 
@@ -54,7 +54,7 @@ def xe_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[str
     """Forward, cross-entropy (padding ignored), backward, Adam update."""
     tokens = inputs["tokens"]
     logits = model(inputs["features"], inputs["boxes"], inputs["region_mask"], tokens[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), ignore_index=0)
+    loss = xe_loss(logits, tokens[:, 1:], pad_id=0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
