@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from vlattn.data.features import open_store
 from vlattn.data.karpathy import ImageEntry
 from vlattn.errors import DataError
 from vlattn.evaluation import decode_dataset, references_of, score_predictions, write_predictions
+from vlattn.io import atomic_write_text
 from vlattn.pipeline import build_model, load_caption_data
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -22,6 +24,17 @@ def _load_model(checkpoint: Checkpoint, store_dim: int, device: torch.device) ->
     model = build_model(checkpoint.config, checkpoint.vocab, store_dim)
     load_weights(model, checkpoint)
     return model.to(device).eval()
+
+
+def _decode(
+    model: torch.nn.Module, dataset: CaptionEvalSet, checkpoint: Checkpoint, beam: int, device: torch.device
+) -> dict[int, str]:
+    """Decode ``dataset`` with the checkpoint's evaluation settings (max length, length penalty, batch size)."""
+    cfg = checkpoint.config.eval
+    return decode_dataset(
+        model, dataset, checkpoint.vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
+        batch_size=cfg.batch_size, device=device,
+    )
 
 
 def output_dir(checkpoint: Checkpoint) -> Path:
@@ -39,10 +52,6 @@ def run_eval(
     device: str = "auto",
 ) -> dict[str, Any]:
     """Decode ``split`` with beam search, score it, write predictions and metrics; returns the report."""
-    import json
-
-    from vlattn.io import atomic_write_text
-
     checkpoint = load_checkpoint(checkpoint_path)
     cfg: Config = checkpoint.config
     if data_root is not None:
@@ -54,10 +63,7 @@ def run_eval(
     model = _load_model(checkpoint, data.store.dim, dev)
     dataset = data.eval_set(split, cfg.data)
     beam = beam_size if beam_size is not None else cfg.eval.beam_size
-    predictions = decode_dataset(
-        model, dataset, checkpoint.vocab, beam_size=beam, max_len=cfg.eval.max_len,
-        length_penalty=cfg.eval.length_penalty, batch_size=cfg.eval.batch_size, device=dev,
-    )
+    predictions = _decode(model, dataset, checkpoint, beam, dev)
     scores = score_predictions(predictions, references_of(dataset), collapse_repeats=cfg.eval.collapse_repeats)
     out = output_dir(checkpoint)
     write_predictions(out / f"{split}_predictions.json", predictions)
@@ -104,11 +110,8 @@ def run_caption(
     dev = pick_device(device)
     model = _load_model(checkpoint, store.dim, dev)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
-    predictions = decode_dataset(
-        model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint.vocab,
-        beam_size=beam_size if beam_size is not None else cfg.eval.beam_size, max_len=cfg.eval.max_len,
-        length_penalty=cfg.eval.length_penalty, batch_size=cfg.eval.batch_size, device=dev,
-    )
+    beam = beam_size if beam_size is not None else cfg.eval.beam_size
+    predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, beam, dev)
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -31,12 +32,7 @@ def constant_floor(data_root: Path, split: str = "test", num_candidates: int = 2
     """The best single caption for every ``split`` image, among the most frequent training captions."""
     entries = load_karpathy(data_root / "dataset.json")
     refs = {e.image_id: list(e.raw) for e in entries if e.split == split}
-    counts: dict[str, int] = {}
-    for entry in entries:
-        if entry.split == "train":
-            for tokens in entry.captions:
-                key = " ".join(tokens)
-                counts[key] = counts.get(key, 0) + 1
+    counts = Counter(" ".join(tokens) for e in entries if e.split == "train" for tokens in e.captions)
     pool = sorted(counts, key=lambda c: (-counts[c], c))[:num_candidates]
     return best_constant_caption(refs, pool, tokenizer_backend="python")
 

@@ -35,8 +35,3 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)

@@ -17,6 +17,7 @@ from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.karpathy import ImageEntry, load_karpathy
 from vlattn.data.vocab import Vocabulary, build_vocabulary
+from vlattn.errors import ConfigError
 from vlattn.models import build_captioner
 
 SPLITS = ("train", "val", "test")
@@ -53,8 +54,6 @@ def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> Capti
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> torch.nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
     if store_dim is not None and store_dim != cfg.model.feature_dim:
-        from vlattn.errors import ConfigError
-
         raise ConfigError(
             f"model.feature_dim={cfg.model.feature_dim} but the feature store holds {store_dim}-d regions; "
             f"set --set model.feature_dim={store_dim}"

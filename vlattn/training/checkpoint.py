@@ -11,6 +11,7 @@ counters) and is read with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +82,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def load_checkpoint(path: str | Path, *, with_state: bool = False) -> Checkpoint:
     """Read config, vocabulary and (optionally) training state; the model is loaded by :func:`load_weights`."""
-    import json
-
     directory = resolve_checkpoint(path)
     try:
         config = config_from_dict(json.loads((directory / CONFIG_FILE).read_text()))

@@ -49,7 +49,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(num_items, generator=generator).tolist()
         batches = [order[i : i + batch_size] for i in range(0, num_items, batch_size)]
-        usable = len(batches) - len(batches) % ctx.world_size if ctx.world_size > 1 else len(batches)
+        usable = len(batches) - len(batches) % ctx.world_size
         self.batches = batches[:usable][ctx.rank :: ctx.world_size][skip:]
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -57,12 +57,6 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return len(self.batches)
-
-
-def batches_per_epoch(num_items: int, batch_size: int, ctx: DistContext = DistContext()) -> int:
-    """Optimiser steps per epoch on each rank."""
-    total = math.ceil(num_items / batch_size)
-    return total // ctx.world_size if ctx.world_size > 1 else total
 
 
 @dataclass
