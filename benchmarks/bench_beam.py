@@ -28,12 +28,12 @@ def main() -> None:
     vocab, batch, regions, beam, steps = 10201, 10, 50, 5, 20
     model = build_captioner(ModelConfig(encoder_layers=3, decoder_layers=3), vocab).eval()
     inputs = random_batch(batch, regions, 1, 2048, vocab)
-    features, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
+    regions_in = {k: inputs[k] for k in ("features", "boxes", "region_mask")}
     results = {}
 
     def run(use_cache: bool) -> None:
         model.use_cache = use_cache
-        results[use_cache] = beam_search(model, features, boxes, mask, bos=BOS, eos=EOS, beam_size=beam, max_len=steps)
+        results[use_cache] = beam_search(model, regions_in, bos=BOS, eos=EOS, beam_size=beam, max_len=steps)
 
     times = time_interleaved({"cached": lambda: run(True), "uncached": lambda: run(False)}, args.repeats)
     same = torch.equal(results[True].tokens, results[False].tokens)

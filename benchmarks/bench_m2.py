@@ -21,7 +21,7 @@ from bench_xe_step import xe_step
 from results import paired_ratio, parse_args, publish
 from torch import Tensor, nn
 
-from vlattn.config import AttentionSpec, load_config
+from vlattn.config import Spec, load_config
 from vlattn.decoding import beam_search
 from vlattn.models import build_captioner
 from vlattn.models.profile import count_parameters, random_batch, time_interleaved
@@ -40,7 +40,7 @@ def xe_run(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[str,
 def beam_run(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[str, Tensor]) -> None:
     """Cached beam search (beam 5, 20 steps) in eval mode; ``optimizer`` is unused."""
     model.eval()
-    beam_search(model, inputs["features"], inputs["boxes"], inputs["region_mask"], bos=BOS, eos=EOS,
+    beam_search(model, inputs, bos=BOS, eos=EOS,
                 beam_size=BEAM, max_len=LENGTH)
 
 
@@ -48,7 +48,7 @@ def scst_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[s
     """Differentiable beams, a stand-in reward (caption length: CIDEr-D is benchmarked on its own), the SCST
     loss with the mean baseline, backward and an Adam update."""
     model.train()
-    beams = beam_search(model, inputs["features"], inputs["boxes"], inputs["region_mask"], bos=BOS, eos=EOS,
+    beams = beam_search(model, inputs, bos=BOS, eos=EOS,
                         beam_size=BEAM, max_len=LENGTH, grad=True)
     rewards = beams.tokens.ne(PAD).sum(-1).float()  # (B, K)
     tokens, log_probs = beams.tokens.flatten(0, 1), beams.log_probs.flatten(0, 1)  # (B * K, L)
@@ -64,7 +64,7 @@ def main() -> None:
     m2_config = load_config("configs/m2.yaml").model
     configs = {
         "Transformer": dataclasses.replace(
-            m2_config, kind="transformer", encoder_self_attention=AttentionSpec(), options={}
+            m2_config, kind="transformer", encoder_self_attention=Spec("mha"), options={}
         ),
         "M2": m2_config,
     }

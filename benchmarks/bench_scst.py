@@ -43,11 +43,10 @@ def main() -> None:
     batch_refs = train_refs[:IMAGES]
     model = build_captioner(ModelConfig(encoder_layers=3, decoder_layers=3, output_bias=False), VOCAB).train()
     inputs = random_batch(IMAGES, 50, 1, 2048, VOCAB)
-    feats, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
     sampled = {}
 
     def scst_step() -> None:
-        beams = beam_search(model, feats, boxes, mask, bos=BOS, eos=EOS, beam_size=BEAM, max_len=20, grad=True)
+        beams = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=BEAM, max_len=20, grad=True)
         tokens = beams.tokens.flatten(0, 1)  # (B*K, L)
         sampled["tokens"] = tokens
         rewards = torch.from_numpy(reward(tokens.numpy(), batch_refs)).float().view(IMAGES, BEAM)

@@ -36,7 +36,8 @@ class TorchTransformerCaptioner(nn.Module):
         self.transformer = nn.Transformer(d_model, heads, layers, layers, d_ff, dropout, batch_first=True)
         self.output = nn.Linear(d_model, VOCAB)
 
-    def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, tokens: Tensor) -> Tensor:
+    def forward(self, inputs: dict[str, Tensor], tokens: Tensor) -> Tensor:
+        features, region_mask = inputs["features"], inputs["region_mask"]
         length = tokens.shape[1]
         causal = nn.Transformer.generate_square_subsequent_mask(length)
         hidden = self.transformer(
@@ -53,7 +54,7 @@ class TorchTransformerCaptioner(nn.Module):
 def xe_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[str, Tensor]) -> None:
     """Forward, cross-entropy (padding ignored), backward, Adam update."""
     tokens = inputs["tokens"]
-    logits = model(inputs["features"], inputs["boxes"], inputs["region_mask"], tokens[:, :-1])
+    logits = model(inputs, tokens[:, :-1])
     loss = xe_loss(logits, tokens[:, 1:], pad_id=0)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

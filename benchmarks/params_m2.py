@@ -12,7 +12,7 @@ from collections import Counter
 from results import parse_args, publish
 from torch import nn
 
-from vlattn.config import AttentionSpec, load_config
+from vlattn.config import Spec, load_config
 from vlattn.models import build_captioner
 from vlattn.models.profile import count_parameters
 
@@ -33,7 +33,7 @@ def main() -> None:
     m2_config = load_config("configs/m2.yaml").model
     m2 = build_captioner(m2_config, VOCAB)
     transformer = build_captioner(
-        dataclasses.replace(m2_config, kind="transformer", encoder_self_attention=AttentionSpec(), options={}), VOCAB
+        dataclasses.replace(m2_config, kind="transformer", encoder_self_attention=Spec("mha"), options={}), VOCAB
     )
     ours, base = components(m2), components(transformer)
     rows = "\n".join(

@@ -14,17 +14,18 @@ CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob
 
 
 def test_overrides_parse_yaml_values() -> None:
-    cfg = load_config(None, ["model.d_model=256", "train.schedule.warmup=20", "data.vocab_splits=[train, val]",
-                             "model.encoder_self_attention.options={slots: 40}"])
+    cfg = load_config(None, ["model.d_model=256", "train.schedule.options.warmup=20", "data.vocab_splits=[train, val]",
+                             "model.encoder_self_attention.name=memory", "model.encoder_self_attention.options={slots: 40}"])
     assert cfg.model.d_model == 256
-    assert cfg.train.schedule.warmup == 20
+    assert cfg.train.schedule.options["warmup"] == 20
     assert cfg.data.vocab_splits == ["train", "val"]
     assert cfg.model.encoder_self_attention.options == {"slots": 40}
 
 
 @pytest.mark.parametrize(
     ("override", "named"),
-    [("model.dmodel=3", "model.dmodel"), ("train.schedule.warmpu=3", "train.schedule.warmpu"), ("foo=1", "foo")],
+    [("model.dmodel=3", "model.dmodel"), ("train.schedule.options.warmpu=3", "train.schedule.options.warmpu"),
+     ("train.schedule.warmup=3", "train.schedule.warmup"), ("foo=1", "foo")],
 )
 def test_unknown_keys_are_named(override: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
@@ -39,11 +40,13 @@ def test_wrong_types_are_named() -> None:
 
 
 def test_int_promotes_to_float_but_bool_is_not_int() -> None:
-    cfg = load_config(None, ["train.schedule.lr=1", "train.scst_schedule.lr=5e-6"])
-    assert isinstance(cfg.train.schedule.lr, float)
-    assert cfg.train.scst_schedule.lr == 5e-6
+    cfg = load_config(None, ["train.label_smoothing=0", "train.weight_decay=5e-6"])
+    assert isinstance(cfg.train.label_smoothing, float)
+    assert cfg.train.weight_decay == 5e-6
     with pytest.raises(ConfigError):
         load_config(None, ["train.epochs=true"])
+    with pytest.raises(ConfigError, match=r"train.scst_schedule.options.lr: expected float, got 'fast'"):
+        load_config(None, ["train.scst_schedule.options.lr=fast"])
 
 
 def test_yaml_and_json_round_trip(tmp_path: Path) -> None:

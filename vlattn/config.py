@@ -9,43 +9,75 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import yaml
 
 from vlattn.errors import ConfigError
 
+T = TypeVar("T")
+
+
+def bounded(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge: float | None = None,
+            gt: float | None = None, le: float | None = None, lt: float | None = None) -> Any:
+    """A dataclass field whose value (or every element of a list value) must lie in the given bounds;
+    :func:`_build` checks them when a config loads and names the key on failure."""
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
+    return field(default=default, default_factory=factory, metadata={"bounds": {k: v for k, v in bounds.items() if v is not None}})
+
+
+_BOUND_TESTS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+                "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+
+
+def _check_bounds(value: Any, bounds: dict[str, float], where: str) -> None:
+    for item in value if isinstance(value, list) else [value]:
+        for name, bound in bounds.items():
+            test, symbol = _BOUND_TESTS[name]
+            if not test(item, bound):
+                raise ConfigError(f"config key {where}: must be {symbol} {bound}, got {item!r}")
+
 
 @dataclass
-class AttentionSpec:
-    """Which registered attention mechanism a site uses, with its mechanism-specific options."""
+class Spec:
+    """A component chosen by name from a registry (attention mechanism, feed-forward, schedule, ...) with
+    its component-specific options; the options are validated against the component's ``Options``
+    dataclass when the config loads."""
 
-    name: str = "mha"
+    name: str
     options: dict[str, Any] = field(default_factory=dict)
+
+
+def spec(name: str, **options: Any) -> Any:
+    """A :class:`Spec` field defaulting to component ``name`` with ``options``."""
+    return field(default_factory=lambda: Spec(name, dict(options)))
 
 
 @dataclass
 class ModelConfig:
-    """Captioner architecture. ``kind`` selects a builder in ``vlattn.models.MODELS``."""
+    """Model architecture. ``kind`` selects a builder in ``vlattn.models.MODELS``; ``options`` are the
+    kind's own options (validated against its ``Options`` dataclass)."""
 
     kind: str = "transformer"
-    feature_dim: int = 2048
-    d_model: int = 512
-    num_heads: int = 8
-    d_ff: int = 2048
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    dropout: float = 0.1
-    max_positions: int = 64
+    feature_dim: int = bounded(2048, ge=1)
+    d_model: int = bounded(512, ge=1)
+    num_heads: int = bounded(8, ge=1)
+    d_ff: int = bounded(2048, ge=1)
+    encoder_layers: int = bounded(3, ge=0)
+    decoder_layers: int = bounded(3, ge=1)
+    dropout: float = bounded(0.1, ge=0.0, lt=1.0)
+    max_positions: int = bounded(64, ge=1)
     tie_embeddings: bool = False
     output_bias: bool = True
     box_input: bool = False
-    encoder_self_attention: AttentionSpec = field(default_factory=AttentionSpec)
-    decoder_self_attention: AttentionSpec = field(default_factory=AttentionSpec)
-    decoder_cross_attention: AttentionSpec = field(default_factory=AttentionSpec)
+    encoder_self_attention: Spec = spec("mha")
+    decoder_self_attention: Spec = spec("mha")
+    decoder_cross_attention: Spec = spec("mha")
+    feed_forward: Spec = spec("plain")
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,63 +88,56 @@ class DataConfig:
     root: str = "data/synth"
     karpathy: str = "dataset.json"
     features: str = "features"
-    vocab_min_count: int = 5
+    vocab_min_count: int = bounded(5, ge=1)
     vocab_splits: list[str] = field(default_factory=lambda: ["train"])
-    max_regions: int = 50
-    max_caption_len: int = 20
-    num_workers: int = 0
-
-
-@dataclass
-class ScheduleConfig:
-    """Learning-rate schedule. ``name`` in ``vlattn.training.schedules.SCHEDULES``."""
-
-    name: str = "noam"
-    lr: float = 1.0
-    warmup: int = 10000
-    base_lr: float = 1e-4
-    max_lr: float = 3e-4
-    decay_start_epoch: int = 6
-    decay_every: int = 3
-    decay_factor: float = 0.5
+    max_regions: int = bounded(50, ge=1)
+    max_caption_len: int = bounded(20, ge=1)
+    num_workers: int = bounded(0, ge=0)
 
 
 @dataclass
 class TrainConfig:
-    """Optimisation, validation and logging for the XE and SCST stages."""
+    """Optimisation, validation and logging for the XE and SCST stages. ``schedule``/``scst_schedule`` name
+    a schedule of ``vlattn.training.schedules.SCHEDULES`` with its own options."""
 
     seed: int = 1234
-    epochs: int = 20
-    batch_size: int = 50
-    label_smoothing: float = 0.0
-    grad_clip: float = 0.0
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    weight_decay: float = 0.0
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    val_decoding: str = "greedy"
-    val_max_images: int = 0
-    max_steps: int = 0
-    log_every: int = 50
-    checkpoint_every: int = 0
+    epochs: int = bounded(20, ge=0)
+    batch_size: int = bounded(50, ge=1)
+    label_smoothing: float = bounded(0.0, ge=0.0, lt=1.0)
+    grad_clip: float = bounded(0.0, ge=0.0)
+    adam_betas: list[float] = bounded(factory=lambda: [0.9, 0.98], ge=0.0, lt=1.0)
+    weight_decay: float = bounded(0.0, ge=0.0)
+    schedule: Spec = spec("noam", warmup=10000, scale=1.0)
+    val_decoding: Literal["greedy", "beam"] = "greedy"
+    val_max_images: int = bounded(0, ge=0)
+    max_steps: int = bounded(0, ge=0)
+    log_every: int = bounded(50, ge=1)
+    checkpoint_every: int = bounded(0, ge=0)
     # SCST stage (M2 section 4.2: fixed learning rate 5e-6; "step"/"noam" select the paper schedules)
-    scst_schedule: ScheduleConfig = field(default_factory=lambda: ScheduleConfig(name="constant", lr=5e-6))
-    scst_epochs: int = 10
-    scst_samples: int = 5
-    scst_sampling: str = "beam"
-    scst_baseline: str = "mean"
-    scst_batch_size: int = 50
+    scst_schedule: Spec = spec("constant", lr=5e-6)
+    scst_epochs: int = bounded(10, ge=0)
+    scst_samples: int = bounded(5, ge=1)
+    scst_sampling: Literal["beam", "sample"] = "beam"
+    scst_baseline: Literal["mean", "mean-others", "greedy"] = "mean"
+    scst_batch_size: int = bounded(50, ge=1)
+
+    def check(self, where: str) -> None:
+        if len(self.adam_betas) != 2:
+            raise ConfigError(f"config key {where}.adam_betas: expected two numbers, got {self.adam_betas!r}")
+        if self.scst_baseline == "mean-others" and self.scst_samples < 2:
+            raise ConfigError(f"config key {where}.scst_samples: the mean-others baseline needs >= 2, got {self.scst_samples}")
 
 
 @dataclass
 class EvalConfig:
     """Decoding and scoring options on which the anchor implementations differ."""
 
-    beam_size: int = 5
-    max_len: int = 20
-    length_penalty: float = 0.0
+    beam_size: int = bounded(5, ge=1)
+    max_len: int = bounded(20, ge=1)
+    length_penalty: float = bounded(0.0, ge=0.0)
     collapse_repeats: bool = False
-    batch_size: int = 50
-    cider_df_mode: str = "image"
+    batch_size: int = bounded(50, ge=1)
+    cider_df_mode: Literal["image", "caption"] = "image"
     reward_include_eos: bool = False
 
 
@@ -127,27 +152,62 @@ class Config:
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path)."""
+    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path), checking
+    types, ``Literal`` choices and :func:`bounded` ranges, then the class's own ``check(where)`` if any."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"unknown config key {where + '.' if where else ''}{unknown[0]!s}; valid keys: {', '.join(sorted(names))}"
-        )
+        valid = ", ".join(sorted(fields)) or "(none)"
+        raise ConfigError(f"unknown config key {where + '.' if where else ''}{unknown[0]!s}; valid keys: {valid}")
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
         path = f"{where}.{key}" if where else key
-        kwargs[key] = _build(hint, value, path) if dataclasses.is_dataclass(hint) else _coerce(hint, value, path)
-    return cls(**kwargs)
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, _over_default(fields[key], value), path)
+        else:
+            kwargs[key] = _coerce(hint, value, path)
+        if "bounds" in fields[key].metadata:
+            _check_bounds(kwargs[key], fields[key].metadata["bounds"], path)
+    built = cls(**kwargs)
+    if hasattr(built, "check"):
+        built.check(where)
+    return built
+
+
+def _over_default(section: dataclasses.Field, value: Any) -> Any:
+    """A partial mapping for a nested section completed from the section's default: ``schedule: {options:
+    {warmup: 400}}`` keeps the default schedule's name. A :class:`Spec` naming another component than its
+    default takes nothing from it (the default's options belong to the default component)."""
+    if not isinstance(value, dict):
+        return value
+    if section.default_factory is not dataclasses.MISSING:
+        default = section.default_factory()
+    elif section.default is not dataclasses.MISSING:
+        default = section.default
+    else:
+        return value
+    if isinstance(default, Spec) and value.get("name", default.name) != default.name:
+        return value
+    return {**dataclasses.asdict(default), **value}
 
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
-    """Check/convert a leaf value against its type hint (int/float/bool/str/list/dict)."""
+    """Check/convert a leaf value against its type hint (int/float/bool/str/list/dict/Literal/Optional)."""
     origin = typing.get_origin(hint) or hint
+    if origin is typing.Literal:
+        if value not in typing.get_args(hint):
+            choices = ", ".join(map(str, typing.get_args(hint)))
+            raise ConfigError(f"config key {where}: {value!r} is not one of: {choices}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return _coerce(options[0], value, where)
     if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if origin is float and isinstance(value, str):
@@ -160,7 +220,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if origin in (bool, str) and isinstance(value, origin):
         return value
     if origin is list and isinstance(value, list):
-        return list(value)
+        (item,) = typing.get_args(hint) or (Any,)
+        return [_coerce(item, element, f"{where}[{i}]") for i, element in enumerate(value)]
     if origin is dict and isinstance(value, dict):
         return dict(value)
     if hint is Any:
@@ -168,9 +229,29 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"config key {where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
+def parse_options(cls: type, options: dict[str, Any] | Any, where: str) -> Any:
+    """The ``Options`` dataclass ``cls`` of a component from a mapping (validated as config keys are, errors
+    naming ``where``); an instance of ``cls`` is returned as it is."""
+    if isinstance(options, cls):
+        return options
+    return _build(cls, options if options is not None else {}, where)
+
+
+def lookup(registry: dict[str, T], name: str, what: str, where: str) -> T:
+    """``registry[name]``, or a ``ConfigError`` naming the key ``where`` and listing the valid names."""
+    if name not in registry:
+        raise ConfigError(f"{where}: unknown {what} {name!r}; valid names: {', '.join(sorted(registry))}")
+    return registry[name]
+
+
 def config_from_dict(data: dict[str, Any]) -> Config:
-    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys."""
-    return _build(Config, data, "")
+    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys and validating every
+    named component (model kind, attention mechanisms and their placement, feed-forward, schedules)."""
+    cfg = _build(Config, data, "")
+    from vlattn.validation import check_components  # the registries import this module
+
+    check_components(cfg)
+    return cfg
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

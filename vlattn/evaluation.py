@@ -33,12 +33,12 @@ def decode_dataset(
     model.eval()
     with torch.no_grad():
         for batch in loader:
-            inputs = [batch[k].to(device) for k in ("features", "boxes", "region_mask")]
+            inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             if beam_size <= 1:
-                tokens = greedy_decode(model, *inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
+                tokens = greedy_decode(model, inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
             else:
                 tokens = beam_search(
-                    model, *inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
+                    model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
                     length_penalty=length_penalty,
                 ).tokens[:, 0]
             for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):

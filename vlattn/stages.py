@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import Dataset
 
-from vlattn.config import Config, ScheduleConfig, config_to_dict, save_config
+from vlattn.config import Config, Spec, config_to_dict, save_config
 from vlattn.data.captioning import collate_eval, collate_train
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import ConfigError, VlattnError
@@ -76,7 +76,7 @@ class StagePlan:
     objective: Callable[[Config, CaptionData, torch.device], Objective]
     dataset: Callable[[Config, CaptionData], Dataset]
     collate: Callable[[list[Any]], Batch]
-    schedule: Callable[[Config], ScheduleConfig]
+    schedule: Callable[[Config], Spec]
     epochs: Callable[[Config], int]
     batch_size: Callable[[Config], int]
 
@@ -115,7 +115,7 @@ def run_stage(
     trainer = Trainer(
         model=model,
         optimizer=build_optimizer(model, cfg),
-        schedule=build_schedule(**vars(plan.schedule(cfg)), d_model=cfg.model.d_model),
+        schedule=build_schedule(plan.schedule(cfg), d_model=cfg.model.d_model),
         objective=plan.objective(cfg, data, dev),
         dataset=plan.dataset(cfg, data),
         collate=plan.collate,

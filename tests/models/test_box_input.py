@@ -22,7 +22,7 @@ def test_box_channels_add_relative_area() -> None:
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor], boxes: torch.Tensor) -> torch.Tensor:
-    return model(inputs["features"], boxes, inputs["region_mask"], inputs["tokens"])
+    return model({"features": inputs["features"], "boxes": boxes, "region_mask": inputs["region_mask"]}, inputs["tokens"])
 
 
 def test_boxes_matter_only_with_box_input() -> None:
@@ -35,6 +35,6 @@ def test_boxes_matter_only_with_box_input() -> None:
     extra = sum(p.numel() for p in boxed.parameters()) - sum(p.numel() for p in plain.parameters())
     assert extra == 5 * boxed.encoder.input_proj[0].out_features
     # Cached decoding with boxes still equals teacher forcing at the first step.
-    state = boxed.encode(inputs["features"], inputs["boxes"], inputs["region_mask"])
+    state = boxed.encode({k: inputs[k] for k in ("features", "boxes", "region_mask")})
     first, _ = boxed.step(inputs["tokens"][:, :1], state)
     assert torch.allclose(first, _logits(boxed, inputs, inputs["boxes"])[:, 0].log_softmax(-1), atol=1e-5)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import BOS, EOS, PAD, tiny_captioner, tiny_inputs
+from conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, tiny_inputs
 
 from vlattn.attention import reorder_state
 from vlattn.decoding import beam_search, greedy_decode, sample
@@ -25,8 +25,8 @@ class MarkovModel:
                 table[last, word] = p
         self.log_table = (table / table.sum(-1, keepdim=True)).log()
 
-    def encode(self, features, boxes, region_mask):
-        return {"image": torch.arange(features.shape[0])}
+    def encode(self, inputs):
+        return {"image": torch.arange(inputs["features"].shape[0])}
 
     def step(self, tokens, state):
         return self.log_table[tokens[:, -1]], state
@@ -35,39 +35,23 @@ class MarkovModel:
         return reorder_state(state, index)
 
 
-def args(inputs):
-    return inputs["features"], inputs["boxes"], inputs["region_mask"]
+args = model_inputs
 
 
 def teacher_log_probs(model, inputs, tokens):
     """Per-token log-probs (R, L) of ``tokens`` (R, L) under teacher forcing, 0 after the first EOS."""
     rows = tokens.shape[0] // inputs["features"].shape[0]
-    features, boxes, mask = (t.repeat_interleave(rows, 0) for t in args(inputs))
+    repeated = {k: t.repeat_interleave(rows, 0) for k, t in args(inputs).items()}
     prefix = torch.cat([torch.full_like(tokens[:, :1], BOS), tokens[:, :-1]], dim=1)
-    log_probs = model(features, boxes, mask, prefix).log_softmax(-1).gather(2, tokens[..., None]).squeeze(2)
+    log_probs = model(repeated, prefix).log_softmax(-1).gather(2, tokens[..., None]).squeeze(2)
     after_eos = (tokens == EOS).long().cumsum(1) - (tokens == EOS).long() > 0
     return log_probs.masked_fill(after_eos, 0.0)
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_cached_decoding_equals_uncached(attention_name: str, beam_size: int) -> None:
-    model, inputs = tiny_captioner(attention_name), tiny_inputs()
-    results = {}
-    for use_cache in (True, False):
-        model.use_cache = use_cache
-        results[use_cache] = (
-            greedy_decode(model, *args(inputs), bos=BOS, eos=EOS, max_len=8),
-            beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=beam_size, max_len=8),
-        )
-    assert torch.equal(results[True][0], results[False][0])
-    assert torch.equal(results[True][1].tokens, results[False][1].tokens)
-    torch.testing.assert_close(results[True][1].scores, results[False][1].scores)
-
-
-def test_beam_one_equals_greedy(attention_name: str) -> None:
-    model, inputs = tiny_captioner(attention_name), tiny_inputs()
-    greedy = greedy_decode(model, *args(inputs), bos=BOS, eos=EOS, max_len=10)
-    beams = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=1, max_len=10)
+def test_beam_one_equals_greedy() -> None:
+    model, inputs = tiny_captioner(), tiny_inputs()
+    greedy = greedy_decode(model, args(inputs), bos=BOS, eos=EOS, max_len=10)
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=1, max_len=10)
     assert torch.equal(beams.tokens[:, 0], greedy)
 
 
@@ -75,9 +59,9 @@ def test_beam_finds_a_better_sequence_than_greedy() -> None:
     # greedy takes A (0.6) and then wanders; B (0.4) followed by EOS (0.9) is the better caption
     model = MarkovModel({BOS: {A: 0.6, B: 0.4}, A: {A: 0.4, B: 0.3, EOS: 0.3}, B: {EOS: 0.9, A: 0.1}})
     inputs = tiny_inputs(batch=2)
-    greedy = greedy_decode(model, *args(inputs), bos=BOS, eos=EOS, max_len=6)
+    greedy = greedy_decode(model, args(inputs), bos=BOS, eos=EOS, max_len=6)
     assert greedy[0].tolist() == [A] * 6
-    beams = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=6)
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=6)
     assert beams.tokens[:, 0, :2].tolist() == [[B, EOS]] * 2
     assert beams.tokens[:, 0, 2:].eq(PAD).all()
     greedy_score = math.log(0.6) + 5 * math.log(0.4)
@@ -88,8 +72,8 @@ def test_length_normalisation_prefers_longer_mean() -> None:
     # "EOS" alone: log 0.55 = -0.60; "A EOS": log 0.405 = -0.90 in sum but -0.45 per word
     model = MarkovModel({BOS: {EOS: 0.55, A: 0.45}, A: {EOS: 0.9, A: 0.1}})
     inputs = tiny_inputs(batch=1)
-    plain = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=5)
-    normalised = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=5, length_penalty=1.0)
+    plain = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=5)
+    normalised = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=5, length_penalty=1.0)
     assert plain.tokens[0, 0, 0].item() == EOS
     assert normalised.tokens[0, 0, :2].tolist() == [A, EOS]
     assert normalised.scores[0, 0] == pytest.approx(math.log(0.405) / 2, abs=1e-4)
@@ -97,7 +81,7 @@ def test_length_normalisation_prefers_longer_mean() -> None:
 
 def test_beams_are_sorted_padded_and_consistent() -> None:
     model, inputs = tiny_captioner(), tiny_inputs()
-    beams = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=4, max_len=9)
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=4, max_len=9)
     assert beams.tokens.shape[:2] == (3, 4) and beams.tokens.shape[2] <= 9
     assert (beams.scores[:, :-1] >= beams.scores[:, 1:]).all()
     torch.testing.assert_close(beams.log_probs.sum(-1), beams.scores)
@@ -109,9 +93,9 @@ def test_beams_are_sorted_padded_and_consistent() -> None:
 
 def test_batched_beams_equal_one_image_at_a_time() -> None:
     model, inputs = tiny_captioner(), tiny_inputs()
-    batched = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=6)
+    batched = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=6)
     for i in range(3):
-        single = beam_search(model, *(t[i : i + 1] for t in args(inputs)), bos=BOS, eos=EOS, beam_size=3, max_len=6)
+        single = beam_search(model, {k: t[i : i + 1] for k, t in args(inputs).items()}, bos=BOS, eos=EOS, beam_size=3, max_len=6)
         length = single.tokens.shape[2]
         assert torch.equal(batched.tokens[i, :, :length], single.tokens[0])
         torch.testing.assert_close(batched.scores[i], single.scores[0])
@@ -119,8 +103,8 @@ def test_batched_beams_equal_one_image_at_a_time() -> None:
 
 def test_differentiable_beams() -> None:
     model, inputs = tiny_captioner(), tiny_inputs()
-    assert not beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=5).log_probs.requires_grad
-    beams = beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=5, grad=True)
+    assert not beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=5).log_probs.requires_grad
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=5, grad=True)
     beams.log_probs.sum().backward()
     assert model.decoder.output.weight.grad.abs().sum() > 0
     assert model.encoder.input_proj[0].weight.grad.abs().sum() > 0
@@ -129,7 +113,7 @@ def test_differentiable_beams() -> None:
 def test_sampling_returns_model_log_probs_with_gradients() -> None:
     model, inputs = tiny_captioner(), tiny_inputs()
     generator = torch.Generator().manual_seed(0)
-    samples = sample(model, *args(inputs), bos=BOS, eos=EOS, num_samples=4, max_len=7, generator=generator)
+    samples = sample(model, args(inputs), bos=BOS, eos=EOS, num_samples=4, max_len=7, generator=generator)
     assert samples.tokens.shape[:2] == (3, 4) and samples.tokens.shape[2] <= 7
     tokens = samples.tokens.flatten(0, 1)
     torch.testing.assert_close(samples.log_probs.flatten(0, 1), teacher_log_probs(model, inputs, tokens))
@@ -141,7 +125,7 @@ def test_sampling_returns_model_log_probs_with_gradients() -> None:
 def test_sampling_stops_and_pads_after_eos() -> None:
     model = MarkovModel({BOS: {A: 0.5, EOS: 0.5}, A: {EOS: 1.0}})
     inputs = tiny_inputs(batch=2)
-    samples = sample(model, *args(inputs), bos=BOS, eos=EOS, num_samples=8, max_len=10)
+    samples = sample(model, args(inputs), bos=BOS, eos=EOS, num_samples=8, max_len=10)
     assert samples.tokens.shape == (2, 8, 2)
     for row in samples.tokens.flatten(0, 1).tolist():
         assert row in ([A, EOS], [EOS, PAD])

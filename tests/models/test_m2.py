@@ -8,14 +8,14 @@ import math
 
 import pytest
 import torch
-from conftest import BOS, EOS, PAD, VOCAB, tiny_config, tiny_inputs
+from conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_config, tiny_inputs
 
 from vlattn.attention import ATTENTION, MemoryAugmentedAttention, MultiHeadAttention, build_attention
-from vlattn.config import AttentionSpec, ModelConfig, load_config
+from vlattn.config import ModelConfig, Spec, load_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
 from vlattn.layers import sinusoidal_positions
-from vlattn.models import MeshedCrossAttention, TransformerCaptioner, build_captioner
+from vlattn.models import Memory, MeshedCrossAttention, TransformerCaptioner, build_captioner
 from vlattn.models.profile import count_parameters, trainable
 
 D, H, SLOTS = 16, 4, 5
@@ -23,7 +23,7 @@ D, H, SLOTS = 16, 4, 5
 
 def memory_attention(init: str = "paper", seed: int = 0) -> MemoryAugmentedAttention:
     torch.manual_seed(seed)
-    return build_attention("memory", d_model=D, num_heads=H, slots=SLOTS, init=init).eval()
+    return build_attention("memory", d_model=D, num_heads=H, options={"slots": SLOTS, "init": init}).eval()
 
 
 def qkv(batch: int = 2, nq: int = 3, nk: int = 5, seed: int = 1) -> tuple[torch.Tensor, ...]:
@@ -33,7 +33,7 @@ def qkv(batch: int = 2, nq: int = 3, nk: int = 5, seed: int = 1) -> tuple[torch.
 
 def m2_config(memory: int | None = SLOTS, encoder_layers: int = 2, decoder_layers: int = 2, **options) -> ModelConfig:
     """The tiny captioner of conftest as kind m2; ``memory=None`` is the w/o-memory ablation."""
-    encoder = AttentionSpec("mha") if memory is None else AttentionSpec("memory", {"slots": memory})
+    encoder = Spec("mha") if memory is None else Spec("memory", {"slots": memory})
     return dataclasses.replace(
         tiny_config(), kind="m2", encoder_layers=encoder_layers, decoder_layers=decoder_layers,
         encoder_self_attention=encoder, options=options,
@@ -45,23 +45,22 @@ def m2(seed: int = 0, **kwargs) -> TransformerCaptioner:
     return build_captioner(m2_config(**kwargs), VOCAB, pad_id=PAD).eval()
 
 
-def args(inputs):
-    return inputs["features"], inputs["boxes"], inputs["region_mask"]
+args = model_inputs
 
 
 def logits_of(model, inputs):
-    return model(*args(inputs), inputs["tokens"])
+    return model(args(inputs), inputs["tokens"])
 
 
 # --- memory-augmented attention (Eq. 3) ---------------------------------------------------------------------
 
 
 def test_memory_is_registered_and_passes_the_registry_suite() -> None:
-    # conftest's ``attention_name`` fixture runs every generic attention/captioner/decoding test over ATTENTION
+    # tests/models/test_attention_registry.py runs the generic battery over every registered mechanism
     assert ATTENTION["memory"] is MemoryAugmentedAttention
     assert issubclass(MemoryAugmentedAttention, MultiHeadAttention)
-    with pytest.raises(KeyError, match="valid names: official, paper"):
-        build_attention("memory", d_model=D, num_heads=H, init="xavier")
+    with pytest.raises(ConfigError, match="'xavier' is not one of: paper, official"):
+        build_attention("memory", d_model=D, num_heads=H, options={"init": "xavier"})
 
 
 @pytest.mark.parametrize("init", ["paper", "official"])
@@ -81,7 +80,7 @@ def test_memory_matches_naive_reference(init: str) -> None:
         logits = q_h @ keys.transpose(-2, -1) / scale + torch.cat([bias, torch.zeros(2, H, 3, SLOTS)], dim=-1)
         logits[..., :5] = logits[..., :5].masked_fill(~mask, float("-inf"))  # (B, H, Nq, Nk + m)
         expected = attention.out_proj(attention.merge_heads(logits.softmax(-1) @ values))
-        torch.testing.assert_close(attention(q, k, v, mask=mask, bias=bias), expected)
+        torch.testing.assert_close(attention(q, k, v, mask=mask, bias=bias).out, expected)
         out, weights = attention(q, k, v, mask=mask, bias=bias, need_weights=True)
     torch.testing.assert_close(out, expected)
     assert weights.shape == (2, H, 3, 5 + SLOTS)
@@ -94,8 +93,8 @@ def test_memory_changes_the_output_and_receives_gradients() -> None:
     plain = build_attention("mha", d_model=D, num_heads=H).eval()
     plain.load_state_dict(attention.state_dict(), strict=False)  # same projections, no slots
     q, k, v = qkv()
-    assert not torch.allclose(attention(q, k, v), plain(q, k, v))
-    attention(q, k, v).square().sum().backward()
+    assert not torch.allclose(attention(q, k, v).out, plain(q, k, v).out)
+    attention(q, k, v).out.square().sum().backward()
     assert attention.memory_keys.grad.abs().sum() > 0 and attention.memory_values.grad.abs().sum() > 0
     assert attention.memory_keys.shape == attention.memory_values.shape == (SLOTS, D)
 
@@ -113,7 +112,7 @@ def test_padding_never_masks_memory() -> None:
     assert (weights[1, ..., [0, 1, 3, 4]] == 0).all() and (weights[1, ..., 2] > 0).all()
     k2, v2 = k.clone(), v.clone()
     k2[~mask[:, 0, 0]], v2[~mask[:, 0, 0]] = 50.0, -50.0
-    torch.testing.assert_close(attention(q, k2, v2, mask=mask), out)
+    torch.testing.assert_close(attention(q, k2, v2, mask=mask).out, out)
     # an all-padded row is a pure read-out of the memory
     slot_keys, slot_values = attention.memory()
     q_heads = attention.split_heads(attention.q_proj(q[2:]))  # (1, H, Nq, d_k)
@@ -123,11 +122,11 @@ def test_padding_never_masks_memory() -> None:
 
 def test_memory_initialisations() -> None:
     torch.manual_seed(0)
-    paper = build_attention("memory", d_model=512, num_heads=8, slots=40)
+    paper = build_attention("memory", d_model=512, num_heads=8, options={"slots": 40})
     assert (paper.key_scale, paper.value_scale) == (1.0, 1.0)
     assert paper.memory_keys.std().item() == pytest.approx(1 / math.sqrt(64), rel=0.05)  # variance 1/d_k
     assert paper.memory_values.std().item() == pytest.approx(1 / math.sqrt(40), rel=0.05)  # variance 1/m
-    official = build_attention("memory", d_model=512, num_heads=8, slots=40, init="official")
+    official = build_attention("memory", d_model=512, num_heads=8, options={"slots": 40, "init": "official"})
     assert (official.key_scale, official.value_scale) == (8.0, math.sqrt(40))
     bound = math.sqrt(6 / (41 * 512))  # Xavier-uniform over a (1, m, d) tensor
     for slots in (official.memory_keys, official.memory_values):
@@ -137,10 +136,11 @@ def test_memory_initialisations() -> None:
 # --- meshed cross-attention (Eq. 6-9) -----------------------------------------------------------------------
 
 
-def decoder_input(model: TransformerCaptioner, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The encoder memory (B, L, N, d) and a query sequence x (B, T, d) for a cross-attention site."""
-    memory = model.encoder(inputs["features"], inputs["region_mask"])
-    x = torch.randn(memory.shape[0], 4, memory.shape[-1], generator=torch.Generator().manual_seed(3))
+def decoder_input(model: TransformerCaptioner, inputs) -> tuple[Memory, torch.Tensor]:
+    """The encoder memory (states (B, L, N, d)) and a query sequence x (B, T, d) for a cross-attention site."""
+    memory = model.encoder(inputs["features"], inputs["boxes"], inputs["region_mask"])
+    states = memory.states
+    x = torch.randn(states.shape[0], 4, states.shape[-1], generator=torch.Generator().manual_seed(3))
     return memory, x
 
 
@@ -151,7 +151,7 @@ def test_gates_shapes_and_range(gating: str) -> None:
     site = model.decoder.layers[1].cross
     assert isinstance(site, MeshedCrossAttention) and site.levels == (0, 1, 2) and len(site.gate_proj) == 3
     assert all(proj.weight.shape == (16, 32) for proj in site.gate_proj)  # W_i: [Y; C] (2d) -> d
-    attended = site.attend(x, memory, inputs["region_mask"])
+    attended = site.attend(x, memory)
     gates = site.gates(x, attended)
     assert attended.shape == gates.shape == (3, 3, 4, 16)  # (N, B, T, d)
     assert ((gates > 0) & (gates < 1)).all()
@@ -166,12 +166,12 @@ def test_meshed_site_equals_hand_composed_equations() -> None:
     mask = inputs["region_mask"][:, None, None, :]
     total = 0
     for i in range(3):
-        c_i = site.attention(x, memory[:, i], memory[:, i], mask=mask)  # Eq. 7
+        c_i = site.attention(x, memory.states[:, i], memory.states[:, i], mask=mask).out  # Eq. 7
         alpha_i = torch.sigmoid(torch.cat([x, c_i], -1) @ site.gate_proj[i].weight.T + site.gate_proj[i].bias)
         total = total + alpha_i * c_i  # Eq. 6
     norm = site.norm.norm
     expected = torch.nn.functional.layer_norm(x + total / math.sqrt(3), (16,), norm.weight, norm.bias)  # Eq. 9
-    torch.testing.assert_close(site(x, memory, inputs["region_mask"]), expected)
+    torch.testing.assert_close(site(x, {"regions": memory}), expected)
 
 
 def test_one_to_one_with_unit_gates_is_per_layer_cross_attention() -> None:
@@ -184,12 +184,12 @@ def test_one_to_one_with_unit_gates_is_per_layer_cross_attention() -> None:
         with torch.no_grad():
             site.gate_proj[0].weight.zero_()
             site.gate_proj[0].bias.fill_(100.0)  # sigmoid(100) == 1 in float32
-        regions = memory[:, i]
-        expected = site.norm(x, site.attention(x, regions, regions, mask=mask))  # LN(x + C(X_i, x))
-        torch.testing.assert_close(site(x, memory, inputs["region_mask"]), expected)
-        other = memory.clone()
+        regions = memory.states[:, i]
+        expected = site.norm(x, site.attention(x, regions, regions, mask=mask).out)  # LN(x + C(X_i, x))
+        torch.testing.assert_close(site(x, {"regions": memory}), expected)
+        other = memory.states.clone()
         other[:, 1 - i] += 5.0  # the other level is not attended
-        torch.testing.assert_close(site(x, other, inputs["region_mask"]), expected)
+        torch.testing.assert_close(site(x, {"regions": Memory(other, memory.mask)}), expected)
 
 
 def test_no_memory_variant_is_the_plain_transformer_encoder() -> None:
@@ -198,8 +198,8 @@ def test_no_memory_variant_is_the_plain_transformer_encoder() -> None:
     transformer = build_captioner(tiny_config(), VOCAB, pad_id=PAD).eval()
     assert all(type(layer.self_attn) is MultiHeadAttention for layer in model.encoder.layers)
     assert trainable(model.encoder) == trainable(transformer.encoder)
-    mask = inputs["region_mask"]
-    torch.testing.assert_close(model.encoder(inputs["features"], mask), transformer.encoder(inputs["features"], mask))
+    regions = (inputs["features"], inputs["boxes"], inputs["region_mask"])
+    torch.testing.assert_close(model.encoder(*regions).states, transformer.encoder(*regions).states)
     assert trainable(m2()) - trainable(model) == 2 * 2 * SLOTS * 16  # keys and values of m slots per layer
 
 
@@ -207,15 +207,15 @@ def test_no_memory_variant_is_the_plain_transformer_encoder() -> None:
 def test_any_number_of_encoder_layers(levels: int) -> None:
     model, inputs = m2(encoder_layers=levels, decoder_layers=2), tiny_inputs()
     assert logits_of(model, inputs).shape == (3, 7, VOCAB)
-    memory = model.encoder(inputs["features"], inputs["region_mask"])
-    assert memory.shape == (3, levels, 6, 16)
+    memory = model.encoder(inputs["features"], inputs["boxes"], inputs["region_mask"])
+    assert memory.states.shape == (3, levels, 6, 16)
     assert all(layer.cross.levels == tuple(range(levels)) for layer in model.decoder.layers)
     # the last level is used too (the official code reads levels 0-2 only)
-    changed = memory.clone()
+    changed = memory.states.clone()
     changed[:, -1] += 1.0
     tokens = inputs["tokens"]
-    assert not torch.allclose(model.decoder(tokens, changed, inputs["region_mask"]),
-                              model.decoder(tokens, memory, inputs["region_mask"]))
+    assert not torch.allclose(model.decoder(tokens, {"regions": Memory(changed, memory.mask)}),
+                              model.decoder(tokens, {"regions": memory}))
 
 
 def test_decoder_positions_are_sinusoidal() -> None:
@@ -235,8 +235,8 @@ def test_cached_decoding_equals_uncached(options: dict) -> None:
     for use_cache in (True, False):
         model.use_cache = use_cache
         results[use_cache] = (
-            greedy_decode(model, *args(inputs), bos=BOS, eos=EOS, max_len=8),
-            beam_search(model, *args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=8),
+            greedy_decode(model, args(inputs), bos=BOS, eos=EOS, max_len=8),
+            beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=8),
         )
     assert torch.equal(results[True][0], results[False][0])
     assert torch.equal(results[True][1].tokens, results[False][1].tokens)
@@ -247,13 +247,13 @@ def test_cache_holds_one_static_cache_per_level_and_matches_teacher_forcing() ->
     model, inputs = m2(encoder_layers=3), tiny_inputs()
     tokens = inputs["tokens"]
     teacher = logits_of(model, inputs).log_softmax(-1)  # (B, T, V)
-    state = model.encode(*args(inputs))
-    assert [[len(cache) for cache in layer_cache["cross"]] for layer_cache in state["cache"]] == [[0, 0, 0]] * 2
+    state = model.encode(args(inputs))
+    assert [[len(cache) for cache in layer_cache.cross] for layer_cache in state.cache] == [[0, 0, 0]] * 2
     for t in range(1, tokens.shape[1] + 1):
         log_probs, state = model.step(tokens[:, :t], state)
         torch.testing.assert_close(log_probs, teacher[:, t - 1])
-    for layer_cache in state["cache"]:
-        assert [cache.key.shape for cache in layer_cache["cross"]] == [(3, 2, 6, 8)] * 3  # (B, H, N, d_k) per level
+    for layer_cache in state.cache:
+        assert [cache.key.shape for cache in layer_cache.cross] == [(3, 2, 6, 8)] * 3  # (B, H, N, d_k) per level
 
 
 def test_padded_regions_change_nothing_and_gradients_reach_every_parameter() -> None:
@@ -268,11 +268,11 @@ def test_padded_regions_change_nothing_and_gradients_reach_every_parameter() -> 
 
 
 def test_option_errors() -> None:
-    with pytest.raises(ConfigError, match="valid keys: connectivity, gating"):
+    with pytest.raises(ConfigError, match="model.options.slots; valid keys: connectivity, gating"):
         build_captioner(m2_config(slots=3), VOCAB)
-    with pytest.raises(ConfigError, match="valid names: sigmoid, softmax"):
+    with pytest.raises(ConfigError, match="model.options.gating: 'relu' is not one of: sigmoid, softmax"):
         build_captioner(m2_config(gating="relu"), VOCAB)
-    with pytest.raises(ConfigError, match="valid names: meshed, one_to_one"):
+    with pytest.raises(ConfigError, match="model.options.connectivity: 'dense' is not one of: meshed, one_to_one"):
         build_captioner(m2_config(connectivity="dense"), VOCAB)
     with pytest.raises(ConfigError, match="one_to_one needs decoder_layers"):
         build_captioner(m2_config(encoder_layers=1, decoder_layers=2, connectivity="one_to_one"), VOCAB)
@@ -286,20 +286,20 @@ def test_presets() -> None:
     assert (cfg.model.kind, cfg.model.encoder_layers, cfg.model.decoder_layers) == ("m2", 3, 3)
     assert (cfg.model.d_model, cfg.model.num_heads, cfg.model.dropout) == (512, 8, 0.1)
     assert cfg.model.encoder_self_attention.options["slots"] == 40
-    assert (cfg.train.schedule.name, cfg.train.schedule.warmup, cfg.train.batch_size) == ("noam", 10000, 50)
-    assert (cfg.train.scst_schedule.name, cfg.train.scst_schedule.lr, cfg.eval.beam_size) == ("constant", 5e-6, 5)
+    assert (cfg.train.schedule.name, cfg.train.schedule.options["warmup"], cfg.train.batch_size) == ("noam", 10000, 50)
+    assert (cfg.train.scst_schedule.name, cfg.train.scst_schedule.options["lr"], cfg.eval.beam_size) == ("constant", 5e-6, 5)
     small = ["model.d_model=32", "model.num_heads=2", "model.d_ff=64", "model.feature_dim=8"]
     assert isinstance(build_captioner(load_config("configs/m2.yaml", small).model, 50), TransformerCaptioner)
     demo = load_config("configs/m2-demo.yaml")
     reference = load_config("configs/demo.yaml")
     assert demo.model.kind == "m2" and demo.train == reference.train and demo.eval == reference.eval
-    assert dataclasses.replace(demo.model, kind="transformer", encoder_self_attention=AttentionSpec(), options={}) \
+    assert dataclasses.replace(demo.model, kind="transformer", encoder_self_attention=Spec("mha"), options={}) \
         == reference.model
 
 
 def test_paper_parameter_count() -> None:
     """Vocabulary 10201, 2048-d regions, 3+3 layers, d=512, m=40, untied output without bias: 38,411,264."""
-    cfg = ModelConfig(kind="m2", output_bias=False, encoder_self_attention=AttentionSpec("memory", {"slots": 40}))
+    cfg = ModelConfig(kind="m2", output_bias=False, encoder_self_attention=Spec("memory", {"slots": 40}))
     model = build_captioner(cfg, 10201, pad_id=PAD)
     counts = count_parameters(model)
     assert counts == {"total": 38_411_264, "encoder": 10_630_144, "decoder": 27_781_120}

@@ -52,6 +52,6 @@ def tiny_config(root: Path, *extra: str) -> Config:
         f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4",
         f"model.feature_dim={DIM}", "model.d_model=32", "model.num_heads=2", "model.d_ff=64",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.1",
-        "train.epochs=2", "train.batch_size=8", "train.log_every=1", "train.schedule.warmup=20",
-        "train.schedule.lr=2.0", "eval.beam_size=2", "eval.batch_size=8", *extra,
+        "train.epochs=2", "train.batch_size=8", "train.log_every=1", "train.schedule.options.warmup=20",
+        "train.schedule.options.scale=2.0", "eval.beam_size=2", "eval.batch_size=8", *extra,
     ])

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from vlattn.config import Spec
+from vlattn.errors import ConfigError
 from vlattn.training.schedules import Constant, Noam, StepDecay, build_schedule
 
 
@@ -30,8 +32,16 @@ def test_ngsan_step_decay_by_epoch() -> None:
 
 
 def test_build_schedule_by_name_and_error() -> None:
-    assert isinstance(build_schedule("constant", lr=5e-6), Constant)
-    assert build_schedule("constant", lr=5e-6).lr_at(10, 3) == 5e-6
-    assert build_schedule("noam", d_model=512, warmup=4000, lr=2.0).lr_at(3999, 0) == pytest.approx(2 * 512**-0.5 * 4000**-0.5)
-    with pytest.raises(ValueError, match="constant, noam, step"):
-        build_schedule("cosine", lr=1.0)
+    assert isinstance(build_schedule(Spec("constant", {"lr": 5e-6}), d_model=512), Constant)
+    assert build_schedule(Spec("constant", {"lr": 5e-6}), d_model=512).lr_at(10, 3) == 5e-6
+    noam = build_schedule(Spec("noam", {"warmup": 4000, "scale": 2.0}), d_model=512)
+    assert noam.lr_at(3999, 0) == pytest.approx(2 * 512**-0.5 * 4000**-0.5)
+    # an explicit d_model (the M2 code's 512 whatever the width) wins over the model's
+    fixed = build_schedule(Spec("noam", {"warmup": 4000, "d_model": 512}), d_model=128)
+    assert fixed.lr_at(3999, 0) == pytest.approx(512**-0.5 * 4000**-0.5)
+    with pytest.raises(ConfigError, match=r"train.schedule.name: unknown schedule 'cosine'; valid names: constant, noam, step"):
+        build_schedule(Spec("cosine"), d_model=512)
+    with pytest.raises(ConfigError, match=r"train.schedule.options.lr; valid keys: base_lr, decay_every"):
+        build_schedule(Spec("step", {"lr": 1.0}), d_model=512)
+    with pytest.raises(ConfigError, match=r"train.schedule.options.decay_factor: must be <= 1.0, got 2.0"):
+        build_schedule(Spec("step", {"decay_factor": 2.0}), d_model=512)

@@ -1,10 +1,10 @@
 """Attention mechanisms behind one Q-K-V interface, and their registry.
 
-Every mechanism is an ``nn.Module`` built as ``cls(d_model=..., num_heads=..., dropout=..., **options)`` with
-``forward(query (B,Nq,D), key (B,Nk,D), value (B,Nk,D), *, mask=None, bias=None, cache=None,
-need_weights=False) -> (B,Nq,D)`` (or ``(out, weights (B,H,Nq,Nk))``). ``mask`` is bool, True = attend,
-broadcastable to (B,H,Nq,Nk); ``bias`` is a float tensor added to the logits; ``cache`` is a
-:class:`~vlattn.attention.cache.KVCache`. New mechanisms register themselves in :data:`ATTENTION`.
+Every mechanism is an ``nn.Module`` class with ``Options`` (a dataclass of its own options) and
+``capabilities`` (:class:`~vlattn.attention.base.Capabilities`), built as ``cls(dims, options)`` and called as
+``forward(query, key, value, *, mask=None, bias=None, cache=None, context=None, need_weights=False)``
+-> :class:`~vlattn.attention.base.AttentionOutput` (see :mod:`vlattn.attention.base` for the contract).
+New mechanisms add one file and one line in :data:`ATTENTION`.
 """
 
 from __future__ import annotations
@@ -13,29 +13,94 @@ from typing import Any
 
 from torch import nn
 
+from vlattn.attention.additive import AdditiveAttention
+from vlattn.attention.base import (
+    AttentionContext,
+    AttentionDims,
+    AttentionOutput,
+    Capabilities,
+    Site,
+)
 from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.config import lookup, parse_options
+from vlattn.errors import ConfigError
 
 ATTENTION: dict[str, type[nn.Module]] = {
     "mha": MultiHeadAttention,
     "memory": MemoryAugmentedAttention,
+    "additive": AdditiveAttention,
 }
 
 
-def build_attention(name: str, **kwargs: Any) -> nn.Module:
-    """Instantiate the registered mechanism ``name`` with ``kwargs``; unknown names list the valid ones."""
-    if name not in ATTENTION:
-        raise KeyError(f"unknown attention {name!r}; valid names: {', '.join(sorted(ATTENTION))}")
-    return ATTENTION[name](**kwargs)
+def attention_class(name: str, where: str = "attention") -> type[nn.Module]:
+    """The registered mechanism ``name``; a ``ConfigError`` naming ``where`` lists the valid names."""
+    return lookup(ATTENTION, name, "attention mechanism", where)
+
+
+def check_placement(
+    name: str,
+    dims: AttentionDims,
+    *,
+    site: Site,
+    where: str,
+    has_geometry: bool = False,
+    cached: bool = False,
+) -> None:
+    """Refuse a placement the mechanism's capabilities do not allow, naming the site ``where`` and ``name``.
+
+    ``site``: the kind of site; ``has_geometry``: the site's caller passes boxes in the context;
+    ``cached``: the site decodes incrementally with an appending key/value cache.
+    """
+    caps: Capabilities = attention_class(name, where).capabilities
+    problem = None
+    if site not in caps.sites:
+        allowed = ", ".join(sorted(s.value for s in caps.sites))
+        problem = f"is not allowed at {site.value} sites (allowed: {allowed})"
+    elif caps.needs_geometry and not has_geometry:
+        problem = "needs box geometry, which this site does not provide"
+    elif cached and not caps.cacheable:
+        problem = "does not support the incremental key/value cache this site needs"
+    elif caps.heads and dims.d_model % dims.num_heads:
+        problem = f"d_model {dims.d_model} is not divisible by num_heads {dims.num_heads}"
+    elif not caps.query_dim_differs and dims.q_dim != dims.k_dim:
+        problem = f"needs queries and keys of one size, got {dims.q_dim} and {dims.k_dim}"
+    if problem:
+        raise ConfigError(f"{where}: attention {name!r} {problem}")
+
+
+def build_attention(
+    name: str,
+    *,
+    d_model: int,
+    num_heads: int = 1,
+    dropout: float = 0.0,
+    query_dim: int | None = None,
+    key_dim: int | None = None,
+    options: dict[str, Any] | Any = None,
+    where: str = "attention",
+) -> nn.Module:
+    """Instantiate the registered mechanism ``name`` with validated ``options`` (errors name ``where``)."""
+    cls = attention_class(name, where)
+    dims = AttentionDims(d_model, num_heads, dropout, query_dim, key_dim)
+    return cls(dims, parse_options(cls.Options, options, f"{where}.options"))
 
 
 __all__ = [
     "ATTENTION",
+    "AdditiveAttention",
+    "AttentionContext",
+    "AttentionDims",
+    "AttentionOutput",
+    "Capabilities",
     "KVCache",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
+    "Site",
     "StaticKVCache",
+    "attention_class",
     "build_attention",
+    "check_placement",
     "reorder_state",
 ]

@@ -13,6 +13,7 @@ every tensor of that state (and of the caches in it) to follow beams.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -59,11 +60,15 @@ class StaticKVCache(KVCache):
 
 
 def reorder_state(state: Any, index: Tensor) -> Any:
-    """Select batch rows ``index`` (B',) of every tensor and cache in a nested dict/list/tuple state."""
+    """Select batch rows ``index`` (B',) of every tensor in a nested state: dataclasses (field by field),
+    dicts, lists, tuples, and objects with their own ``reorder(index)`` (caches, box geometry)."""
     if isinstance(state, Tensor):
         return state.index_select(0, index)
-    if isinstance(state, KVCache):
+    if hasattr(state, "reorder"):
         return state.reorder(index)
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        changes = {f.name: reorder_state(getattr(state, f.name), index) for f in dataclasses.fields(state)}
+        return dataclasses.replace(state, **changes)
     if isinstance(state, dict):
         return {name: reorder_state(value, index) for name, value in state.items()}
     if isinstance(state, (list, tuple)):

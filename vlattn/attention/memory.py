@@ -31,12 +31,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
+from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput
 from vlattn.attention.cache import KVCache, Projector
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.config import bounded
 
 # name -> (initialise the (m, d) key and value slots in place; return the (key, value) scales at use)
 MemoryInit = Callable[[nn.Parameter, nn.Parameter, int], tuple[float, float]]
@@ -89,23 +93,28 @@ def extend_columns(logits_mask: Tensor | None, slots: int, fill: bool | float) -
 class MemoryAugmentedAttention(MultiHeadAttention):
     """Multi-head attention whose keys/values are extended with ``slots`` learned memory slots (Eq. 3).
 
-    ``forward(query (B,Nq,D), key (B,Nk,D), value (B,Nk,D)) -> (B,Nq,D)``; with ``need_weights`` the weights
-    are (B, H, Nq, Nk + m), the last m columns being the memory slots.
+    ``forward(query (B,Nq,D), key (B,Nk,D), value (B,Nk,D))`` -> ``out`` (B,Nq,D); with ``need_weights`` the
+    weights are (B, H, Nq, Nk + m), the last m columns being the memory slots.
     """
 
-    def __init__(
-        self, d_model: int, num_heads: int, dropout: float = 0.0, slots: int = 40, init: str = "paper"
-    ) -> None:
-        super().__init__(d_model, num_heads, dropout)
-        if init not in MEMORY_INITS:
-            raise KeyError(f"unknown memory init {init!r}; valid names: {', '.join(sorted(MEMORY_INITS))}")
-        if slots < 1:
-            raise ValueError(f"memory attention needs at least one slot, got {slots}")
-        self.slots = slots
-        self.memory_init = init
-        self.memory_keys = nn.Parameter(torch.empty(slots, d_model))  # M_k, (m, D)
-        self.memory_values = nn.Parameter(torch.empty(slots, d_model))  # M_v, (m, D)
-        self.key_scale, self.value_scale = MEMORY_INITS[init](self.memory_keys, self.memory_values, self.d_head)
+    @dataclass
+    class Options:
+        """``slots``: m, the number of memory slots (M2 Table 6: 20-60, default 40); ``init``: a key of
+        :data:`MEMORY_INITS`."""
+
+        slots: int = bounded(40, ge=1)
+        init: Literal["paper", "official"] = "paper"
+
+    no_weight_decay: ClassVar[tuple[str, ...]] = ("memory_keys", "memory_values")
+
+    def __init__(self, dims: AttentionDims, options: Options | None = None) -> None:
+        super().__init__(dims)
+        options = options or self.Options()
+        self.slots = options.slots
+        self.memory_init = options.init
+        self.memory_keys = nn.Parameter(torch.empty(self.slots, dims.d_model))  # M_k, (m, D)
+        self.memory_values = nn.Parameter(torch.empty(self.slots, dims.d_model))  # M_v, (m, D)
+        self.key_scale, self.value_scale = MEMORY_INITS[options.init](self.memory_keys, self.memory_values, self.d_head)
 
     def extra_repr(self) -> str:
         return f"slots={self.slots}, init={self.memory_init!r}"
@@ -116,6 +125,10 @@ class MemoryAugmentedAttention(MultiHeadAttention):
         values = self.split_heads(self.value_scale * self.memory_values[None])
         return keys, values
 
+    def key_value_source(self, cache: KVCache | None) -> MemorySlots:
+        """Fetch the input keys/values through ``cache`` (if any), then append the slots."""
+        return MemorySlots(cache, *self.memory())
+
     def forward(
         self,
         query: Tensor,
@@ -125,10 +138,12 @@ class MemoryAugmentedAttention(MultiHeadAttention):
         mask: Tensor | None = None,
         bias: Tensor | None = None,
         cache: KVCache | None = None,
+        context: AttentionContext | None = None,
         need_weights: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    ) -> AttentionOutput:
         """As :meth:`MultiHeadAttention.forward`; ``mask``/``bias`` cover the Nk input keys only and are
         extended with attend (True) / 0 for the memory slots."""
         mask, bias = extend_columns(mask, self.slots, True), extend_columns(bias, self.slots, 0.0)  # (..., Nk + m)
-        slots = MemorySlots(cache, *self.memory())  # duck-typed cache: MHA only calls ``fetch``
-        return super().forward(query, key, value, mask=mask, bias=bias, cache=slots, need_weights=need_weights)
+        return super().forward(
+            query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
+        )

@@ -4,18 +4,26 @@ Sec. 3.2.2; the MHA sub-layer of SAN in NG-SAN Sec. 3.1-3.2):
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V,   heads concatenated and projected by W_O.
 
 The fused path uses ``torch.nn.functional.scaled_dot_product_attention``; ``need_weights=True`` takes an
-explicit path that also returns the attention weights (for visualisation).
+explicit path that also returns the attention weights (for visualisation). A query whose keys are all
+masked gets zero weights and a zero attended value on both paths (what SDPA computes on the CPU).
+
+Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` (NSA normalises
+the queries), :meth:`MultiHeadAttention.project_key_value` / the cache adapter (memory slots), or
+:meth:`MultiHeadAttention.logit_bias` (GSA's geometric bias, computed from the layer's own projections).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities
 from vlattn.attention.cache import KVCache
 
 
@@ -28,16 +36,32 @@ def attention_logits_mask(mask: Tensor | None, bias: Tensor | None) -> Tensor | 
     return bias.masked_fill(~mask, float("-inf"))
 
 
-class MultiHeadAttention(nn.Module):
-    """Vanilla multi-head attention: ``forward(query (B,Nq,D), key (B,Nk,D), value (B,Nk,D)) -> (B,Nq,D)``."""
+def add_bias(first: Tensor | None, second: Tensor | None) -> Tensor | None:
+    """Sum of two optional float logit biases (either may be None)."""
+    if first is None:
+        return second
+    return first if second is None else first + second
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
+
+class MultiHeadAttention(nn.Module):
+    """Vanilla multi-head attention: ``forward(query (B,Nq,D), key (B,Nk,D), value (B,Nk,D))`` ->
+    :class:`AttentionOutput` with ``out`` (B, Nq, D)."""
+
+    @dataclass
+    class Options:
+        """Plain multi-head attention has no options of its own."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, dims: AttentionDims, options: Options | None = None) -> None:
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-        self.num_heads = num_heads
-        self.d_head = d_model // num_heads
-        self.dropout = dropout
+        if dims.d_model % dims.num_heads:
+            raise ValueError(f"d_model {dims.d_model} is not divisible by num_heads {dims.num_heads}")
+        d_model = dims.d_model
+        self.num_heads = dims.num_heads
+        self.d_head = d_model // dims.num_heads
+        self.out_dim = d_model
+        self.dropout = dims.dropout
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
@@ -54,9 +78,21 @@ class MultiHeadAttention(nn.Module):
         """(B, H, N, d_k) -> (B, N, D)."""
         return x.transpose(1, 2).flatten(2)
 
+    def project_query(self, query: Tensor, context: AttentionContext | None) -> Tensor:
+        """Projected queries (B, H, Nq, d_k)."""
+        return self.split_heads(self.q_proj(query))
+
     def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Projected keys and values, (B, H, Nk, d_k) each."""
         return self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(value))
+
+    def key_value_source(self, cache: KVCache | None) -> KVCache | None:
+        """The object keys/values are fetched through (the cache itself here; memory slots wrap it)."""
+        return cache
+
+    def logit_bias(self, query: Tensor, key: Tensor, context: AttentionContext | None) -> Tensor | None:
+        """An extra float bias on the logits computed from the layer's inputs (None for plain MHA)."""
+        return None
 
     def forward(
         self,
@@ -67,24 +103,26 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         bias: Tensor | None = None,
         cache: KVCache | None = None,
+        context: AttentionContext | None = None,
         need_weights: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend ``query`` (B, Nq, D) over ``key``/``value`` (B, Nk, D); returns (B, Nq, D).
+    ) -> AttentionOutput:
+        """Attend ``query`` (B, Nq, D) over ``key``/``value`` (B, Nk, D); ``out`` is (B, Nq, D).
 
         ``mask``: bool, True = attend, broadcastable to (B, H, Nq, Nk). ``bias``: float added to the logits.
         ``cache``: projected keys/values are fetched through it (appended or computed once).
         ``need_weights``: also return the attention weights (B, H, Nq, Nk).
         """
-        q = self.split_heads(self.q_proj(query))  # (B, H, Nq, d_k)
+        q = self.project_query(query, context)  # (B, H, Nq, d_k)
         project = partial(self.project_key_value, key, value)
-        k, v = project() if cache is None else cache.fetch(project)  # (B, H, Nk, d_k)
-        attn_mask = attention_logits_mask(mask, bias)
+        source = self.key_value_source(cache)
+        k, v = project() if source is None else source.fetch(project)  # (B, H, Nk, d_k)
+        attn_mask = attention_logits_mask(mask, add_bias(bias, self.logit_bias(query, key, context)))
         dropout = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = scaled_dot_product_with_weights(q, k, v, attn_mask, dropout)
-            return self.out_proj(self.merge_heads(out)), weights
+            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)  # (B, H, Nq, d_k)
-        return self.out_proj(self.merge_heads(out))
+        return AttentionOutput(self.out_proj(self.merge_heads(out)), None)
 
 
 def scaled_dot_product_with_weights(
@@ -93,12 +131,24 @@ def scaled_dot_product_with_weights(
     """Explicit softmax(q k^T / sqrt(d_k) + attn_mask) v; returns (out (B,H,Nq,d_k), weights (B,H,Nq,Nk)).
 
     ``attn_mask`` follows SDPA: bool (True = attend) or float added to the logits. The weights are the
-    softmax before dropout; dropout (training only) is applied to the weights used for the output.
+    softmax before dropout; dropout (training only) is applied to the weights used for the output. Rows
+    whose keys are all masked get zero weights (SDPA's CPU result), not NaN.
     """
     logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Nq, Nk)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        logits = logits.masked_fill(~attn_mask, float("-inf"))
-    elif attn_mask is not None:
-        logits = logits + attn_mask
-    weights = logits.softmax(dim=-1)  # (B, H, Nq, Nk)
+    weights = masked_softmax(apply_logits_mask(logits, attn_mask))  # (B, H, Nq, Nk)
     return F.dropout(weights, dropout) @ v, weights
+
+
+def apply_logits_mask(logits: Tensor, attn_mask: Tensor | None) -> Tensor:
+    """``logits`` with an SDPA-style ``attn_mask`` applied: bool (True = attend) -> -inf elsewhere; float -> added."""
+    if attn_mask is None:
+        return logits
+    if attn_mask.dtype == torch.bool:
+        return logits.masked_fill(~attn_mask, float("-inf"))
+    return logits + attn_mask
+
+
+def masked_softmax(logits: Tensor) -> Tensor:
+    """Softmax over the last axis where a row of only ``-inf`` gives zeros instead of NaN."""
+    empty = torch.isneginf(logits).all(dim=-1, keepdim=True)  # (..., 1)
+    return logits.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)

@@ -10,7 +10,8 @@ the k beams, M2 Sec. 3.3).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -29,9 +30,7 @@ class Beams(NamedTuple):
 
 def beam_search(
     model: Generator,
-    features: Tensor,
-    boxes: Tensor,
-    region_mask: Tensor,
+    inputs: Mapping[str, Any],
     *,
     bos: int,
     eos: int,
@@ -41,14 +40,15 @@ def beam_search(
     pad: int = 0,
     grad: bool = False,
 ) -> Beams:
-    """Keep the ``beam_size`` best prefixes per image for up to ``max_len`` words; see :class:`Beams`.
+    """Keep the ``beam_size`` best prefixes per image of ``inputs`` (the model's input mapping) for up to
+    ``max_len`` words; see :class:`Beams`.
 
     ``length_penalty`` alpha ranks hypotheses by sum(log p) / length^alpha (0 = plain sum, 1 = mean).
     ``grad``: keep the graph so ``log_probs`` are differentiable.
     """
     with torch.set_grad_enabled(grad):
-        batch = features.shape[0]
-        first, state, prefix, _ = first_step(model, features, boxes, region_mask, bos, beam_size)
+        first, state, prefix, _ = first_step(model, inputs, bos, beam_size)
+        batch = first.shape[0]
         top, word = first.topk(beam_size, dim=-1)  # (B, K): K distinct first words per image
         finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)  # (R,), R = B * K
         prefix, _, finished = extend(prefix, word.reshape(-1), finished, pad, eos)

@@ -4,9 +4,9 @@ Rennie et al. 2017; "new self-critical" / M2 Sec. 3.3 with k samples per image).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,9 +24,7 @@ class Samples(NamedTuple):
 
 def rollout(
     model: Generator,
-    features: Tensor,
-    boxes: Tensor,
-    region_mask: Tensor,
+    inputs: Mapping[str, Any],
     *,
     bos: int,
     eos: int,
@@ -36,8 +34,8 @@ def rollout(
     choose: Callable[[Tensor], Tensor],
 ) -> Samples:
     """Decode ``copies`` sequences per image, picking each word with ``choose(log_probs (R,V)) -> (R,)``."""
-    batch = features.shape[0]
-    first, state, prefix, rows = first_step(model, features, boxes, region_mask, bos, copies)
+    first, state, prefix, rows = first_step(model, inputs, bos, copies)
+    batch = first.shape[0]
     log_probs = first[rows]  # (R, V), R = B * copies
     finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
     chosen = []
@@ -56,9 +54,7 @@ def rollout(
 @torch.no_grad()
 def greedy_decode(
     model: Generator,
-    features: Tensor,
-    boxes: Tensor,
-    region_mask: Tensor,
+    inputs: Mapping[str, Any],
     *,
     bos: int,
     eos: int,
@@ -68,16 +64,14 @@ def greedy_decode(
     """Arg-max decoding: tokens (B, L) without BOS, EOS included, ``pad`` after it, ``L <= max_len``."""
     argmax = partial(torch.argmax, dim=-1)
     samples = rollout(
-        model, features, boxes, region_mask, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=1, choose=argmax
+        model, inputs, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=1, choose=argmax
     )
     return samples.tokens[:, 0]
 
 
 def sample(
     model: Generator,
-    features: Tensor,
-    boxes: Tensor,
-    region_mask: Tensor,
+    inputs: Mapping[str, Any],
     *,
     bos: int,
     eos: int,
@@ -92,5 +86,5 @@ def sample(
         return torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
 
     return rollout(
-        model, features, boxes, region_mask, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=num_samples, choose=draw
+        model, inputs, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=num_samples, choose=draw
     )

@@ -1,7 +1,17 @@
-"""Building blocks shared by the model stacks: feed-forward, positions, residual + LayerNorm."""
+"""Building blocks shared by the model stacks: feed-forward (registry), positions, residual + LayerNorm,
+box geometry."""
 
-from vlattn.layers.feedforward import FeedForward
+from vlattn.layers.feedforward import FEED_FORWARD, FeedForward, build_feed_forward
+from vlattn.layers.geometry import BoxGeometry
 from vlattn.layers.positional import SinusoidalPositions, sinusoidal_positions
 from vlattn.layers.sublayer import PostNorm
 
-__all__ = ["FeedForward", "PostNorm", "SinusoidalPositions", "sinusoidal_positions"]
+__all__ = [
+    "FEED_FORWARD",
+    "BoxGeometry",
+    "FeedForward",
+    "PostNorm",
+    "SinusoidalPositions",
+    "build_feed_forward",
+    "sinusoidal_positions",
+]

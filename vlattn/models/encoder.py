@@ -1,6 +1,12 @@
 """Transformer encoder over detector regions (SAN encoder, NG-SAN Sec. 3.2, Fig. 1; M2 paper Sec. 3.1 without
-memory): input projection Linear(D->d) + ReLU + dropout + LayerNorm, then L post-LN layers of
-self-attention + FFN. No positions: regions have no order (NG-SAN Sec. 3.2).
+memory): an input projection, then L post-LN layers of self-attention + feed-forward. No positions: regions
+have no order (NG-SAN Sec. 3.2).
+
+Layers are assembled from injected modules (attention of any registered mechanism, feed-forward of any
+registered kind, the residual/norm wrappers), so mechanisms plug in without new layer classes. The encoder
+receives the boxes and builds one :class:`~vlattn.attention.AttentionContext` per forward pass: the region
+mask as the query mask and a :class:`~vlattn.layers.BoxGeometry` whose pairwise geometry is computed once and
+shared by every layer.
 
 The padding mask comes from ``region_mask`` (True = real region) and is applied to the keys of every layer;
 it is never recomputed from activations (the M2 anchor derives it after LayerNorm, so padding leaks in).
@@ -9,60 +15,69 @@ The stack returns the output of *every* layer, (B, L, N, d), for decoders that a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from vlattn.layers import FeedForward, PostNorm
+from vlattn.attention import AttentionContext, Site
+from vlattn.layers import BoxGeometry
+
+
+@dataclass
+class Memory:
+    """An encoded set the decoder attends to: ``states`` (B, L, N, d), one entry per encoder layer (level),
+    and ``mask`` (B, N) bool, True = real element."""
+
+    states: Tensor
+    mask: Tensor
 
 
 class EncoderLayer(nn.Module):
-    """x <- LN(x + SelfAttention(x)); x <- LN(x + FFN(x)); (B, N, d) -> (B, N, d)."""
+    """x <- norm1(x, SelfAttention(x)); x <- norm2(x, FFN(x)); (B, N, d) -> (B, N, d).
 
-    def __init__(self, attention: nn.Module, d_model: int, d_ff: int, dropout: float) -> None:
+    ``attn_norm``/``ffn_norm`` map (residual input, sub-layer output) to the layer output
+    (:class:`~vlattn.layers.PostNorm` for the post-LN Transformer).
+    """
+
+    def __init__(self, attention: nn.Module, feed_forward: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
         super().__init__()
         self.self_attn = attention
-        self.attn_norm = PostNorm(d_model, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.ffn_norm = PostNorm(d_model, dropout)
+        self.attn_norm = attn_norm
+        self.ffn = feed_forward
+        self.ffn_norm = ffn_norm
 
-    def forward(self, x: Tensor, mask: Tensor, bias: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor, context: AttentionContext, bias: Tensor | None = None) -> Tensor:
         """``x`` (B, N, d), ``mask`` bool (B, 1, 1, N) True = real key, ``bias`` (B, H|1, N, N) or None."""
-        x = self.attn_norm(x, self.self_attn(x, x, x, mask=mask, bias=bias))
+        attended = self.self_attn(x, x, x, mask=mask, bias=bias, context=context).out
+        x = self.attn_norm(x, attended)
         return self.ffn_norm(x, self.ffn(x))
 
 
 class TransformerEncoder(nn.Module):
-    """Region encoder: ``forward(features (B,N,D), region_mask (B,N)) -> all layer outputs (B, L, N, d)``.
+    """Region encoder: ``forward(features (B,N,D), boxes (B,N,4), region_mask (B,N))`` -> :class:`Memory`
+    holding all layer outputs (B, L, N, d)."""
 
-    ``make_attention()`` builds the self-attention module of each layer (any registered mechanism).
-    """
-
-    def __init__(
-        self,
-        feature_dim: int,
-        d_model: int,
-        d_ff: int,
-        num_layers: int,
-        dropout: float,
-        make_attention: Callable[[], nn.Module],
-    ) -> None:
+    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module]) -> None:
         super().__init__()
-        self.input_proj = nn.Sequential(
-            nn.Linear(feature_dim, d_model), nn.ReLU(), nn.Dropout(dropout), nn.LayerNorm(d_model)
-        )
-        self.layers = nn.ModuleList(
-            EncoderLayer(make_attention(), d_model, d_ff, dropout) for _ in range(num_layers)
-        )
+        self.input_proj = input_proj
+        self.layers = nn.ModuleList(layers)
 
-    def forward(self, features: Tensor, region_mask: Tensor, bias: Tensor | None = None) -> Tensor:
-        """``features`` (B, N, D), ``region_mask`` bool (B, N) True = real; ``bias`` added to every layer's
-        self-attention logits. Returns the stacked layer outputs (B, L, N, d)."""
+    def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, bias: Tensor | None = None) -> Memory:
+        """``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2, ``region_mask`` bool (B, N)
+        True = real; ``bias`` added to every layer's self-attention logits."""
         mask = region_mask[:, None, None, :]  # (B, 1, 1, N): padded regions are never attended to
+        context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask))
         x = self.input_proj(features)  # (B, N, d)
         outputs = []
         for layer in self.layers:
-            x = layer(x, mask, bias)
+            x = layer(x, mask, context, bias)
             outputs.append(x)
-        return torch.stack(outputs, dim=1)  # (B, L, N, d)
+        states = torch.stack(outputs, dim=1) if outputs else x[:, None]  # (B, L, N, d)
+        return Memory(states, region_mask)
+
+
+def region_projection(feature_dim: int, d_model: int, dropout: float) -> nn.Sequential:
+    """The input projection of the region encoder: Linear(D->d) + ReLU + dropout + LayerNorm (M2 Sec. 3.1)."""
+    return nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(), nn.Dropout(dropout), nn.LayerNorm(d_model))

@@ -7,7 +7,7 @@ supplementary Tables 6-7), assembled from the shared stacks:
 - decoder: :class:`~vlattn.models.decoder.TransformerDecoder` whose cross-attention sites are
   :class:`~vlattn.models.meshed.MeshedCrossAttention` (Eq. 6-9), one shared attention per decoder layer.
 
-``ModelConfig.options`` of kind ``m2`` (defaults in :data:`M2_OPTIONS`):
+``ModelConfig.options`` of kind ``m2`` (:class:`M2Options`):
 
 - ``connectivity``: ``meshed`` (decoder layer i attends every encoder level) or ``one_to_one`` (decoder
   layer i attends encoder level i only; Table 1 "1-to-1"; it keeps its single gate so that the variant
@@ -28,12 +28,14 @@ its decoder parameter count and ours: 27,809,280 = 27,781,120 trainable + 28,160
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
-from vlattn.config import ModelConfig
+from vlattn.attention import Site
+from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
-from vlattn.models.meshed import GATES, MeshedCrossAttention
-from vlattn.models.transformer import TransformerCaptioner, attention_factory, encoder_decoder
+from vlattn.models.meshed import MeshedCrossAttention
+from vlattn.models.transformer import Parts, TransformerCaptioner, encoder_decoder
 
 # connectivity -> the encoder levels decoder layer ``layer`` attends, given ``levels`` encoder layers
 CONNECTIVITY: dict[str, Callable[[int, int], list[int]]] = {
@@ -41,36 +43,37 @@ CONNECTIVITY: dict[str, Callable[[int, int], list[int]]] = {
     "one_to_one": lambda layer, levels: [layer],
 }
 
-M2_OPTIONS: dict[str, Any] = {"connectivity": "meshed", "gating": "sigmoid"}
+
+@dataclass
+class M2Options:
+    """``model.options`` of kind ``m2`` (see the module docstring)."""
+
+    connectivity: Literal["meshed", "one_to_one"] = "meshed"
+    gating: Literal["sigmoid", "softmax"] = "sigmoid"
 
 
-def m2_options(cfg: ModelConfig) -> dict[str, Any]:
-    """``cfg.options`` over the defaults, validated (unknown keys and names list the valid ones)."""
-    unknown = sorted(set(cfg.options) - set(M2_OPTIONS))
-    if unknown:
-        raise ConfigError(f"model.options.{unknown[0]}: unknown for kind 'm2'; valid keys: {', '.join(M2_OPTIONS)}")
-    options = {**M2_OPTIONS, **cfg.options}
-    for key, registry in (("connectivity", CONNECTIVITY), ("gating", GATES)):
-        if options[key] not in registry:
-            raise ConfigError(
-                f"model.options.{key}: unknown {options[key]!r}; valid names: {', '.join(sorted(registry))}"
-            )
-    if options["connectivity"] == "one_to_one" and cfg.decoder_layers > cfg.encoder_layers:
+def m2_options(cfg: ModelConfig) -> M2Options:
+    """``cfg.options`` validated (unknown keys and names list the valid ones)."""
+    options = parse_options(M2Options, cfg.options, "model.options")
+    if options.connectivity == "one_to_one" and cfg.decoder_layers > cfg.encoder_layers:
         raise ConfigError(
             f"model.options.connectivity: one_to_one needs decoder_layers ({cfg.decoder_layers}) "
             f"<= encoder_layers ({cfg.encoder_layers})"
         )
+    if cfg.encoder_layers < 1:
+        raise ConfigError("model.encoder_layers: M2's meshed decoder needs at least one encoder layer")
     return options
 
 
 def build_m2(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerCaptioner:
     """The M2 captioner described by ``cfg`` (see the module docstring for its options)."""
     options = m2_options(cfg)
-    connect = CONNECTIVITY[options["connectivity"]]
-    make_cross = attention_factory(cfg.decoder_cross_attention, cfg.d_model, cfg.num_heads, cfg.dropout)
+    connect = CONNECTIVITY[options.connectivity]
+    parts = Parts(cfg)
 
     def meshed_site(layer: int) -> MeshedCrossAttention:
         levels = connect(layer, cfg.encoder_layers)
-        return MeshedCrossAttention(make_cross(), cfg.d_model, cfg.dropout, levels, options["gating"])
+        attention = parts.attention("decoder_cross_attention", Site.CROSS)
+        return MeshedCrossAttention(attention, parts.norm(), cfg.d_model, levels, options.gating)
 
-    return encoder_decoder(cfg, vocab_size, pad_id, meshed_site)
+    return encoder_decoder(parts, vocab_size, pad_id, meshed_site)

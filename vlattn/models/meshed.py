@@ -29,7 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.attention import StaticKVCache
-from vlattn.layers import PostNorm
+from vlattn.models.decoder import CROSS_CONTEXT, Memories
+from vlattn.models.encoder import Memory
 
 # gate name -> map from gate logits (N, B, T, d) to weights alpha (N, B, T, d)
 GATES: dict[str, Callable[[Tensor], Tensor]] = {
@@ -41,26 +42,27 @@ GATES: dict[str, Callable[[Tensor], Tensor]] = {
 class MeshedCrossAttention(nn.Module):
     """Gated cross-attention over several encoder levels with one shared attention module (Eq. 6-9).
 
-    ``forward(x (B,T,d), memory (B,L,N,d), memory_mask (B,N), cache) -> (B,T,d)`` attends to the levels
-    ``levels`` (indices into L) of ``memory``; one gate projection W_i (2d -> d, with bias) per level.
+    ``forward(x (B,T,d), memories, cache) -> (B,T,d)`` attends to the levels ``levels`` (indices into L) of
+    ``memories[memory].states``; one gate projection W_i (2d -> d, with bias) per level; ``norm`` is the
+    outer AddNorm of Eq. 9.
     """
 
     def __init__(
-        self, attention: nn.Module, d_model: int, dropout: float, levels: Sequence[int], gating: str = "sigmoid"
+        self, attention: nn.Module, norm: nn.Module, d_model: int, levels: Sequence[int], gating: str = "sigmoid",
+        memory: str = "regions",
     ) -> None:
         super().__init__()
         if not levels:
             raise ValueError("meshed cross-attention needs at least one encoder level")
-        if gating not in GATES:
-            raise KeyError(f"unknown gating {gating!r}; valid names: {', '.join(sorted(GATES))}")
         self.attention = attention
         self.levels = tuple(levels)
         self.gating = gating
+        self.memory = memory
         self.gate_proj = nn.ModuleList(nn.Linear(2 * d_model, d_model) for _ in self.levels)  # W_i, b_i
         for linear in self.gate_proj:
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
-        self.norm = PostNorm(d_model, dropout)
+        self.norm = norm
 
     def extra_repr(self) -> str:
         return f"levels={self.levels}, gating={self.gating!r}"
@@ -69,15 +71,16 @@ class MeshedCrossAttention(nn.Module):
         """One empty compute-once cache per connected level."""
         return [StaticKVCache() for _ in self.levels]
 
-    def attend(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor, cache: list[StaticKVCache] | None = None
-    ) -> Tensor:
-        """C(X_i, Y) for every connected level: (N, B, T, d), from ``x`` (B, T, d), ``memory`` (B, L, Nr, d)."""
-        mask = memory_mask[:, None, None, :]  # (B, 1, 1, Nr): padded regions are never attended to
+    def attend(self, x: Tensor, memory: Memory, cache: list[StaticKVCache] | None = None) -> Tensor:
+        """C(X_i, Y) for every connected level: (N, B, T, d), from ``x`` (B, T, d) and ``memory`` (B, L, Nr, d)."""
+        mask = memory.mask[:, None, None, :]  # (B, 1, 1, Nr): padded regions are never attended to
         caches = cache if cache is not None else [None] * len(self.levels)
         return torch.stack(
             [
-                self.attention(x, memory[:, level], memory[:, level], mask=mask, cache=level_cache)
+                self.attention(
+                    x, memory.states[:, level], memory.states[:, level], mask=mask, cache=level_cache,
+                    context=CROSS_CONTEXT,
+                ).out
                 for level, level_cache in zip(self.levels, caches, strict=True)
             ]
         )  # (N, B, T, d)
@@ -89,10 +92,8 @@ class MeshedCrossAttention(nn.Module):
         )  # (N, B, T, d)
         return GATES[self.gating](logits)
 
-    def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor, cache: list[StaticKVCache] | None = None
-    ) -> Tensor:
-        """``x`` (B, T, d), ``memory`` (B, L, Nr, d), ``memory_mask`` bool (B, Nr) True = real -> (B, T, d)."""
-        attended = self.attend(x, memory, memory_mask, cache)  # (N, B, T, d)
+    def forward(self, x: Tensor, memories: Memories, cache: list[StaticKVCache] | None = None) -> Tensor:
+        """``x`` (B, T, d) -> (B, T, d)."""
+        attended = self.attend(x, memories[self.memory], cache)  # (N, B, T, d)
         meshed = (self.gates(x, attended) * attended).sum(dim=0) / math.sqrt(len(self.levels))  # (B, T, d)
         return self.norm(x, meshed)

@@ -3,7 +3,7 @@ cached decoding step (``torch.utils.flop_counter.FlopCounterMode``), and measure
 
 Inputs are random tensors of the given shapes: ``batch`` images of ``regions`` x ``feature_dim`` features,
 captions of ``length`` tokens over a vocabulary of ``vocab`` ids. The model must implement
-``forward(features, boxes, region_mask, tokens)`` and ``encode``/``step``.
+``forward(inputs, tokens)`` and ``encode``/``step``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def random_batch(batch: int, regions: int, length: int, feature_dim: int, vocab:
 def train_step(model: nn.Module, inputs: dict[str, Tensor]) -> None:
     """Forward, teacher-forced cross-entropy and backward (gradients are cleared afterwards)."""
     tokens = inputs["tokens"]
-    logits = model(inputs["features"], inputs["boxes"], inputs["region_mask"], tokens[:, :-1])  # (B, T, V)
+    logits = model(inputs, tokens[:, :-1])  # (B, T, V)
     F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
     model.zero_grad(set_to_none=True)
 
@@ -57,7 +57,7 @@ def decode_step(model: nn.Module, inputs: dict[str, Tensor]) -> Callable[[], Non
     tokens = inputs["tokens"]
     rows = torch.arange(tokens.shape[0])
     with torch.no_grad():
-        state = model.encode(inputs["features"], inputs["boxes"], inputs["region_mask"])
+        state = model.encode(inputs)
         for t in range(1, tokens.shape[1]):
             _, state = model.step(tokens[:, :t], state)
 

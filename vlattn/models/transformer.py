@@ -1,28 +1,39 @@
 """The Transformer captioner: SAN of NG-SAN Sec. 3.2 (Fig. 1) / the Transformer baseline of the M2 paper
-(Sec. 4.3), with the attention mechanism of each site chosen through the registry.
+(Sec. 4.3), assembled from injected parts: the attention of each site and the feed-forward come from their
+registries, so mechanisms plug in by configuration.
 
-Generation interface (decoding code never looks inside): ``encode`` -> state dict, ``step`` -> next-token
-log-probabilities, ``reorder`` -> state rows for beams. With ``use_cache`` the state carries key/value
-caches (self-attention appended step by step, cross-attention projected once per image); without it,
-``step`` re-runs the decoder over the whole prefix.
+Generation interface (decoding code never looks inside): ``encode(inputs)`` -> :class:`TransformerState`,
+``step`` -> next-token log-probabilities, ``reorder`` -> state rows for beams. ``inputs`` is a mapping with
+``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 and ``region_mask`` (B, N) bool. With
+``use_cache`` the state carries key/value caches (self-attention appended step by step, cross-attention
+projected once per image); without it, ``step`` re-runs the decoder over the whole prefix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
 
-from vlattn.attention import build_attention, reorder_state
-from vlattn.config import AttentionSpec, ModelConfig
-from vlattn.errors import ConfigError
+from vlattn.attention import AttentionDims, Site, build_attention, check_placement, reorder_state
+from vlattn.config import ModelConfig, parse_options
+from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
-from vlattn.models.decoder import CrossAttentionSite, TransformerDecoder
-from vlattn.models.encoder import TransformerEncoder
+from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
+from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
-State = dict[str, Any]
+ModelInputs = Mapping[str, Tensor]
+
+
+@dataclass
+class TransformerState:
+    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`) and, when caching, one
+    :class:`~vlattn.models.decoder.LayerCache` per decoder layer (extended in place by ``step``)."""
+
+    memories: dict[str, Memory]
+    cache: list[LayerCache] | None = None
 
 
 class TransformerCaptioner(nn.Module):
@@ -37,75 +48,111 @@ class TransformerCaptioner(nn.Module):
         self.use_cache = use_cache
         self.box_input = box_input
 
-    def _encode(self, features: Tensor, boxes: Tensor, region_mask: Tensor) -> Tensor:
-        """Encoder outputs (B, L, N, d); with ``box_input`` the normalised boxes join the features."""
+    def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
+        """Encode the regions: ``{"regions": Memory}``; with ``box_input`` the normalised boxes join the
+        features."""
+        features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
         if self.box_input:
             features = with_box_channels(features, boxes)  # (B, N, D + 5)
-        return self.encoder(features, region_mask)
+        return {"regions": self.encoder(features, boxes, region_mask)}
 
-    def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, tokens: Tensor) -> Tensor:
-        """Teacher forcing: ``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 (used with
-        ``box_input``), ``region_mask`` bool (B, N), input ``tokens`` (B, T) -> logits (B, T, V)."""
-        return self.decoder(tokens, self._encode(features, boxes, region_mask), region_mask)
+    def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
+        """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V)."""
+        return self.decoder(tokens, self.memories(inputs))
 
-    def encode(self, features: Tensor, boxes: Tensor, region_mask: Tensor, use_cache: bool | None = None) -> State:
-        """State for decoding: ``memory`` (B, L, N, d), ``memory_mask`` (B, N) and, when caching (default
-        ``self.use_cache``), ``cache`` (per decoder layer). ``step`` updates the caches in place."""
-        state: State = {"memory": self._encode(features, boxes, region_mask), "memory_mask": region_mask}
-        if self.use_cache if use_cache is None else use_cache:
-            state["cache"] = self.decoder.new_cache()
-        return state
+    def encode(self, inputs: ModelInputs, use_cache: bool | None = None) -> TransformerState:
+        """State for decoding; caches (default ``self.use_cache``) are updated in place by ``step``."""
+        caching = self.use_cache if use_cache is None else use_cache
+        return TransformerState(self.memories(inputs), self.decoder.new_cache() if caching else None)
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), and the state."""
-        memory, memory_mask = state["memory"], state["memory_mask"]
-        if "cache" in state:
-            hidden = self.decoder.hidden(tokens[:, -1:], memory, memory_mask, state["cache"], tokens.shape[1] - 1)
+        if state.cache is not None:
+            hidden = self.decoder.hidden(tokens[:, -1:], state.memories, state.cache, tokens.shape[1] - 1)
         else:
-            hidden = self.decoder.hidden(tokens, memory, memory_mask)
+            hidden = self.decoder.hidden(tokens, state.memories)
         return self.decoder.output(hidden[:, -1]).log_softmax(dim=-1), state
 
-    def reorder(self, state: State, index: Tensor) -> State:
+    def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
         """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
         return reorder_state(state, index)
 
 
-def attention_factory(spec: AttentionSpec, d_model: int, num_heads: int, dropout: float) -> Callable[[], nn.Module]:
-    """A zero-argument builder of the registered mechanism ``spec.name`` with ``spec.options``."""
-    return partial(build_attention, spec.name, d_model=d_model, num_heads=num_heads, dropout=dropout, **spec.options)
+@dataclass
+class Parts:
+    """Builds the parts of a Transformer-family model from ``cfg``: each site's attention (validated against
+    the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms."""
+
+    cfg: ModelConfig
+    use_cache: bool = True
+
+    def attention(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
+                  query_dim: int | None = None, key_dim: int | None = None) -> nn.Module:
+        """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``."""
+        spec, cfg = getattr(self.cfg, site_key), self.cfg
+        where = f"model.{site_key}"
+        dims = AttentionDims(cfg.d_model, cfg.num_heads, cfg.dropout, query_dim, key_dim)
+        check_placement(spec.name, dims, site=site, where=where, has_geometry=has_geometry, cached=cached)
+        return build_attention(
+            spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout, query_dim=query_dim,
+            key_dim=key_dim, options=spec.options, where=where,
+        )
+
+    def feed_forward(self) -> nn.Module:
+        spec = self.cfg.feed_forward
+        return build_feed_forward(spec.name, self.cfg.d_model, self.cfg.d_ff, self.cfg.dropout, spec.options,
+                                  where="model.feed_forward")
+
+    def norm(self) -> PostNorm:
+        return PostNorm(self.cfg.d_model, self.cfg.dropout)
+
+    def encoder_layer(self) -> EncoderLayer:
+        attention = self.attention("encoder_self_attention", Site.ENCODER_SELF, has_geometry=True)
+        return EncoderLayer(attention, self.feed_forward(), self.norm(), self.norm())
+
+    def cross_site(self, layer: int) -> nn.Module:
+        """The plain cross-attention site: the last level of the region memory."""
+        return CrossAttentionSite(self.attention("decoder_cross_attention", Site.CROSS), self.norm())
+
+    def decoder_layer(self, cross_site: nn.Module) -> DecoderLayer:
+        attention = self.attention("decoder_self_attention", Site.DECODER_SELF, cached=self.use_cache)
+        return DecoderLayer(attention, self.norm(), cross_site, self.feed_forward(), self.norm())
+
+
+@dataclass
+class TransformerOptions:
+    """Kind ``transformer`` has no options of its own."""
 
 
 def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerCaptioner:
-    """The Transformer captioner described by ``cfg`` (``cfg.options`` must be empty for this kind)."""
-    if cfg.options:
-        raise ConfigError(f"model.options: kind 'transformer' takes no options, got {sorted(cfg.options)}")
-    make_cross = attention_factory(cfg.decoder_cross_attention, cfg.d_model, cfg.num_heads, cfg.dropout)
-    return encoder_decoder(
-        cfg, vocab_size, pad_id, lambda _: CrossAttentionSite(make_cross(), cfg.d_model, cfg.dropout)
-    )
+    """The Transformer captioner described by ``cfg``."""
+    parse_options(TransformerOptions, cfg.options, "model.options")
+    parts = Parts(cfg)
+    return encoder_decoder(parts, vocab_size, pad_id, parts.cross_site)
 
 
 def encoder_decoder(
-    cfg: ModelConfig, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module]
+    parts: Parts, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module],
+    positions: nn.Module | None = None,
 ) -> TransformerCaptioner:
-    """Encoder and decoder stacks of ``cfg`` with the cross-attention site of decoder layer i from
-    ``make_cross_site(i)`` (the extension point of model kinds that differ only there, e.g. M2)."""
-    make = partial(attention_factory, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout)
+    """Encoder and decoder stacks of ``parts.cfg`` with the cross-attention site of decoder layer i from
+    ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2) and sinusoidal
+    positions unless ``positions`` is given."""
+    cfg = parts.cfg
     input_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     encoder = TransformerEncoder(
-        input_dim, cfg.d_model, cfg.d_ff, cfg.encoder_layers, cfg.dropout, make(cfg.encoder_self_attention)
+        region_projection(input_dim, cfg.d_model, cfg.dropout),
+        [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
     )
+    embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+    output = nn.Linear(cfg.d_model, vocab_size, bias=cfg.output_bias)
+    if cfg.tie_embeddings:
+        output.weight = embed.weight
     decoder = TransformerDecoder(
-        vocab_size,
-        cfg.d_model,
-        cfg.d_ff,
-        cfg.decoder_layers,
+        embed,
+        positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions),
+        [parts.decoder_layer(make_cross_site(i)) for i in range(cfg.decoder_layers)],
+        output,
         cfg.dropout,
-        cfg.max_positions,
-        make(cfg.decoder_self_attention),
-        make_cross_site,
-        pad_id=pad_id,
-        tie_embeddings=cfg.tie_embeddings,
-        output_bias=cfg.output_bias,
     )
-    return TransformerCaptioner(encoder, decoder, box_input=cfg.box_input)
+    return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)

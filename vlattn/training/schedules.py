@@ -10,12 +10,18 @@ resumed run reproduces the schedule exactly from the saved step/epoch counters.
   We read this literally: epochs 7-9 use half the rate, 10-12 a quarter, and so on
   (``factor ** ((t - 7) // 3 + 1)`` for ``t >= 7``).
 * ``constant`` — a fixed rate (SCST, M2: 5e-6).
+
+Each schedule is a frozen dataclass whose fields are its options, so a config carries only the keys of the
+schedule it names: ``schedule: {name: noam, options: {warmup: 10000, scale: 1.0}}``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
+
+from vlattn.config import Spec, bounded, lookup, parse_options
 
 
 class Schedule(Protocol):
@@ -26,11 +32,12 @@ class Schedule(Protocol):
 
 @dataclass(frozen=True)
 class Noam:
-    """Warm-up then inverse square-root decay, scaled by ``d_model^-0.5``."""
+    """Warm-up then inverse square-root decay, scaled by ``d_model^-0.5`` (``d_model`` defaults to the
+    model's width when the schedule is built from a config)."""
 
-    d_model: int
-    warmup: int = 10000
-    scale: float = 1.0
+    warmup: int = bounded(10000, ge=1)
+    scale: float = bounded(1.0, gt=0.0)
+    d_model: int | None = bounded(None, ge=1)
 
     def lr_at(self, step: int, epoch: int) -> float:
         s = step + 1
@@ -39,19 +46,20 @@ class Noam:
 
 @dataclass(frozen=True)
 class StepDecay:
-    """NG-SAN: linear epoch warm-up to ``max_lr`` then halving every ``every`` epochs after ``start``."""
+    """NG-SAN: linear epoch warm-up to ``max_lr`` then multiplying by ``decay_factor`` every ``decay_every``
+    epochs after ``decay_start_epoch``."""
 
-    base_lr: float = 1e-4
-    max_lr: float = 3e-4
-    start: int = 6
-    every: int = 3
-    factor: float = 0.5
+    base_lr: float = bounded(1e-4, gt=0.0)
+    max_lr: float = bounded(3e-4, gt=0.0)
+    decay_start_epoch: int = bounded(6, ge=0)
+    decay_every: int = bounded(3, ge=1)
+    decay_factor: float = bounded(0.5, gt=0.0, le=1.0)
 
     def lr_at(self, step: int, epoch: int) -> float:
         t = epoch + 1
         lr = min(t * self.base_lr, self.max_lr)
-        if t > self.start:
-            lr *= self.factor ** ((t - self.start - 1) // self.every + 1)
+        if t > self.decay_start_epoch:
+            lr *= self.decay_factor ** ((t - self.decay_start_epoch - 1) // self.decay_every + 1)
         return lr
 
 
@@ -59,25 +67,26 @@ class StepDecay:
 class Constant:
     """A fixed learning rate."""
 
-    lr: float
+    lr: float = bounded(1e-4, gt=0.0)
 
     def lr_at(self, step: int, epoch: int) -> float:
         return self.lr
 
 
-SCHEDULES: dict[str, Callable[..., Schedule]] = {
-    "noam": lambda *, d_model, warmup, lr, **_: Noam(d_model=d_model, warmup=warmup, scale=lr),
-    "step": lambda *, base_lr, max_lr, decay_start_epoch, decay_every, decay_factor, **_: StepDecay(
-        base_lr, max_lr, decay_start_epoch, decay_every, decay_factor
-    ),
-    "constant": lambda *, lr, **_: Constant(lr),
-}
+# name -> schedule class; the class's fields are the schedule's options (``train.schedule.options``)
+SCHEDULES: dict[str, type] = {"noam": Noam, "step": StepDecay, "constant": Constant}
 
 
-def build_schedule(name: str, **kwargs: float) -> Schedule:
-    """Build a schedule by name; the kwargs are the ``ScheduleConfig`` fields plus ``d_model``."""
-    try:
-        factory = SCHEDULES[name]
-    except KeyError:
-        raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(sorted(SCHEDULES))}") from None
-    return factory(**kwargs)
+def build_schedule(spec: Spec, d_model: int, where: str = "train.schedule") -> Schedule:
+    """The schedule ``spec.name`` with ``spec.options`` (validated; errors name ``where``); a ``d_model``
+    option left unset takes the model's width."""
+    cls = lookup(SCHEDULES, spec.name, "schedule", f"{where}.name")
+    schedule = parse_options(cls, spec.options, f"{where}.options")
+    if any(f.name == "d_model" for f in dataclasses.fields(schedule)) and schedule.d_model is None:
+        schedule = dataclasses.replace(schedule, d_model=d_model)
+    return schedule
+
+
+def check_schedule(spec: Spec, where: str) -> None:
+    """Raise the ``ConfigError`` building ``spec`` would raise."""
+    build_schedule(spec, d_model=1, where=where)

@@ -95,15 +95,14 @@ def scst_objective(
     draw = SAMPLERS[sampling]
 
     def objective(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        inputs = (batch["features"], batch["boxes"], batch["region_mask"])
         image_ids = batch["image_ids"].tolist()
-        tokens, log_probs = draw(model, *inputs, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, k=num_samples,
+        tokens, log_probs = draw(model, batch, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, k=num_samples,
                                  max_len=max_len)  # (B, k, L) each
         b, k, length = tokens.shape
         rewards = reward(tokens.reshape(b * k, length), image_ids).to(log_probs.device).view(b, k)  # (B, k)
         if baseline == "greedy":
             model.eval()
-            greedy = greedy_decode(model, *inputs, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, max_len=max_len)
+            greedy = greedy_decode(model, batch, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, max_len=max_len)
             model.train()
             base = greedy_baseline(reward(greedy, image_ids).to(log_probs.device), k)
         else:
@@ -115,15 +114,15 @@ def scst_objective(
     return objective
 
 
-def _beam_samples(model: torch.nn.Module, *inputs: torch.Tensor, bos: int, eos: int, pad: int, k: int,
+def _beam_samples(model: torch.nn.Module, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
                   max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    beams = beam_search(model, *inputs, bos=bos, eos=eos, pad=pad, beam_size=k, max_len=max_len, grad=True)
+    beams = beam_search(model, inputs, bos=bos, eos=eos, pad=pad, beam_size=k, max_len=max_len, grad=True)
     return beams.tokens, beams.log_probs
 
 
-def _multinomial_samples(model: torch.nn.Module, *inputs: torch.Tensor, bos: int, eos: int, pad: int, k: int,
+def _multinomial_samples(model: torch.nn.Module, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
                          max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    samples = sample(model, *inputs, bos=bos, eos=eos, pad=pad, num_samples=k, max_len=max_len)
+    samples = sample(model, inputs, bos=bos, eos=eos, pad=pad, num_samples=k, max_len=max_len)
     return samples.tokens, samples.log_probs
 
 

@@ -27,7 +27,7 @@ def xe_objective(*, pad_id: int = 0, label_smoothing: float = 0.0) -> Objective:
 
     def objective(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         tokens = batch["tokens"]  # (B, T+2): BOS w1 .. wn EOS PAD ..
-        logits = model(batch["features"], batch["boxes"], batch["region_mask"], tokens[:, :-1])  # (B, T+1, V)
+        logits = model(batch, tokens[:, :-1])  # (B, T+1, V); the batch is the model's input mapping
         loss = xe_loss(logits, tokens[:, 1:], pad_id=pad_id, label_smoothing=label_smoothing)
         return loss, {}
 

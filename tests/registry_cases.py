@@ -1,0 +1,206 @@
+"""Shared test helpers over the registries (the idea of timm's ``tests/test_models.py``): every attention
+mechanism at every site its capabilities allow, with inputs shaped for that site, and tiny models of every
+model kind with each mechanism at each site it allows.
+
+The per-mechanism and per-model batteries (``tests/models/test_attention_registry.py``,
+``tests/models/test_model_registry.py``) are parametrised by :func:`placements` and :func:`model_cases`, so
+a new mechanism or model kind is tested as soon as it is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
+from vlattn.config import ModelConfig, Spec
+from vlattn.layers import BoxGeometry
+from vlattn.models import MODELS, build_captioner
+
+D, H = 16, 4  # attention width and heads of the mechanism battery
+Q_DIM = 12  # query size at cross sites of mechanisms that accept queries of another size
+VOCAB, FEATURE_DIM = 23, 12
+BOS, EOS, PAD = 1, 2, 0
+
+# the attention sites of the Transformer-family captioners and the kind of each
+CAPTIONER_SITES = {
+    "encoder_self_attention": Site.ENCODER_SELF,
+    "decoder_self_attention": Site.DECODER_SELF,
+    "decoder_cross_attention": Site.CROSS,
+}
+
+
+def placements() -> list[tuple[str, Site]]:
+    """Every (mechanism, site kind) that the mechanism's capabilities allow."""
+    return [
+        (name, site)
+        for name, cls in sorted(ATTENTION.items())
+        for site in Site
+        if site in cls.capabilities.sites and (site is not Site.DECODER_SELF or cls.capabilities.cacheable)
+    ]
+
+
+def placement_id(case: tuple[str, Site]) -> str:
+    return f"{case[0]}@{case[1].value}"
+
+
+def build_mechanism(name: str, site: Site, *, dropout: float = 0.0, seed: int = 0, **options: Any) -> nn.Module:
+    """The mechanism ``name`` sized for the battery (queries of size :data:`Q_DIM` at cross sites when the
+    mechanism accepts them), in eval mode."""
+    caps = ATTENTION[name].capabilities
+    query_dim = Q_DIM if caps.query_dim_differs and site is Site.CROSS else None
+    torch.manual_seed(seed)
+    module = build_attention(
+        name, d_model=D, num_heads=H if caps.heads else 1, dropout=dropout, query_dim=query_dim, options=options
+    )
+    return module.eval()
+
+
+def random_boxes(batch: int, count: int, generator: torch.Generator) -> Tensor:
+    """Valid normalised boxes (B, N, 4) x1y1x2y2."""
+    corner = torch.rand(batch, count, 2, generator=generator) * 0.6
+    size = 0.05 + torch.rand(batch, count, 2, generator=generator) * 0.35
+    return torch.cat([corner, corner + size], dim=-1)
+
+
+@dataclass
+class Call:
+    """The arguments of one attention call at a site. ``valid_queries`` (B, Nq) marks the outputs that must
+    not depend on padding (real regions; every query elsewhere); ``valid_keys`` (B, Nk) the keys that count."""
+
+    site: Site
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    mask: Tensor | None
+    context: AttentionContext
+    valid_queries: Tensor
+    valid_keys: Tensor
+    boxes: Tensor | None = None
+
+    def run(self, module: nn.Module, *, need_weights: bool = False, **changes: Any) -> AttentionOutput:
+        """Call ``module`` with these arguments (``changes`` replace any of them)."""
+        args = {"query": self.query, "key": self.key, "value": self.value, "mask": self.mask,
+                "context": self.context, **changes}
+        return module(args.pop("query"), args.pop("key"), args.pop("value"), need_weights=need_weights, **args)
+
+    def with_rows(self, **tensors: Tensor) -> Call:
+        """A copy with new query/key/value tensors (self-attention: one tensor for all three)."""
+        return replace(self, **tensors)
+
+
+def self_attention_call(site: Site, batch: int = 3, length: int = 6, seed: int = 1) -> Call:
+    """Encoder self-attention over padded regions (row b has b padded regions, with boxes), or causal
+    decoder self-attention over a token sequence."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, D, generator=generator)
+    if site is Site.DECODER_SELF:
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        everything = torch.ones(batch, length, dtype=torch.bool)
+        return Call(site, x, x, x, causal, AttentionContext(site), everything, everything)
+    real = torch.ones(batch, length, dtype=torch.bool)
+    for row in range(1, batch):
+        real[row, length - row:] = False
+    boxes = random_boxes(batch, length, generator)
+    context = AttentionContext(site, query_mask=real, geometry=BoxGeometry(boxes, real))
+    return Call(site, x, x, x, real[:, None, None, :], context, real, real, boxes)
+
+
+def cross_call(query_dim: int, batch: int = 3, queries: int = 4, keys: int = 6, seed: int = 1) -> Call:
+    """Queries of one stream over padded keys of another (row b has b padded keys)."""
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(batch, queries, query_dim, generator=generator)
+    memory = torch.randn(batch, keys, D, generator=generator)
+    real = torch.ones(batch, keys, dtype=torch.bool)
+    for row in range(1, batch):
+        real[row, keys - row:] = False
+    everything = torch.ones(batch, queries, dtype=torch.bool)
+    return Call(Site.CROSS, query, memory, memory, real[:, None, None, :], AttentionContext(Site.CROSS), everything, real)
+
+
+def call_for(name: str, site: Site, **kwargs: Any) -> Call:
+    """Inputs for mechanism ``name`` at a site of kind ``site``."""
+    if site is Site.CROSS:
+        caps = ATTENTION[name].capabilities
+        return cross_call(Q_DIM if caps.query_dim_differs else D, **kwargs)
+    return self_attention_call(site, **kwargs)
+
+
+# --- models ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelCase:
+    """A tiny model of one kind with the given attention specs at its sites."""
+
+    kind: str
+    sites: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        placed = ",".join(f"{site.split('_')[0]}_{site.split('_')[1]}={name}" for site, name in self.sites.items())
+        return f"{self.kind}[{placed}]" if placed else self.kind
+
+    def config(self) -> ModelConfig:
+        return tiny_model_config(self.kind, self.sites, **self.overrides)
+
+    def build(self, seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return build_captioner(self.config(), VOCAB, pad_id=PAD).eval()
+
+
+# kind -> the model options and encoder spec its tiny configuration uses
+KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformer": {},
+    "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
+}
+
+
+def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None = None, **overrides: Any) -> ModelConfig:
+    """A 2+2-layer, d=16, 2-head model of ``kind`` with mechanism names at the given sites (others: the
+    kind's default)."""
+    fields: dict[str, Any] = dict(
+        kind=kind, feature_dim=FEATURE_DIM, d_model=16, num_heads=2, d_ff=32, encoder_layers=2, decoder_layers=2,
+        dropout=0.0, max_positions=32, **KIND_DEFAULTS.get(kind, {}),
+    )
+    for site, name in (sites or {}).items():
+        fields[site] = Spec(name)
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+def model_cases() -> list[ModelCase]:
+    """Every model kind with its defaults, and the Transformer with every mechanism at every captioner site
+    that mechanism allows."""
+    cases = [ModelCase(kind) for kind in sorted(MODELS)]
+    for site_key, site in CAPTIONER_SITES.items():
+        for name, placed in placements():
+            if placed is site and name != "mha":
+                cases.append(ModelCase("transformer", {site_key: name}))
+    return cases
+
+
+def tiny_inputs(batch: int = 3, regions: int = 6, length: int = 7, seed: int = 1) -> dict[str, Tensor]:
+    """Model inputs: features (B, N, D) with padding in rows 1.., boxes (B, N, 4), region_mask (B, N),
+    tokens (B, length)."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, regions, dtype=torch.bool)
+    for row in range(1, batch):
+        mask[row, regions - row:] = False
+    features = torch.randn(batch, regions, FEATURE_DIM, generator=generator) * mask[..., None]
+    return {
+        "features": features,
+        "boxes": random_boxes(batch, regions, generator),
+        "region_mask": mask,
+        "tokens": torch.randint(3, VOCAB, (batch, length), generator=generator),
+    }
+
+
+def model_inputs(inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The model-input mapping of :func:`tiny_inputs` (everything but the tokens)."""
+    return {k: v for k, v in inputs.items() if k != "tokens"}
