@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor, nn
 
@@ -114,9 +113,15 @@ class Parts:
         """The plain cross-attention site: the last level of the region memory."""
         return CrossAttentionSite(self.attention("decoder_cross_attention", Site.CROSS), self.norm())
 
-    def decoder_layer(self, cross_site: nn.Module) -> DecoderLayer:
-        attention = self.attention("decoder_self_attention", Site.DECODER_SELF, cached=self.use_cache)
-        return DecoderLayer(attention, self.norm(), cross_site, self.feed_forward(), self.norm())
+    def decoder_layers(self, make_cross_site: Callable[[int], nn.Module]) -> list[DecoderLayer]:
+        """``decoder_layers`` layers; parameters are created in the order self-attention, cross site,
+        feed-forward (so a seed gives the same weights as before the parts were injected)."""
+        layers = []
+        for i in range(self.cfg.decoder_layers):
+            attention = self.attention("decoder_self_attention", Site.DECODER_SELF, cached=self.use_cache)
+            cross = make_cross_site(i)
+            layers.append(DecoderLayer(attention, self.norm(), cross, self.feed_forward(), self.norm()))
+        return layers
 
 
 @dataclass
@@ -145,14 +150,10 @@ def encoder_decoder(
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+    layers = parts.decoder_layers(make_cross_site)
     output = nn.Linear(cfg.d_model, vocab_size, bias=cfg.output_bias)
     if cfg.tie_embeddings:
         output.weight = embed.weight
-    decoder = TransformerDecoder(
-        embed,
-        positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions),
-        [parts.decoder_layer(make_cross_site(i)) for i in range(cfg.decoder_layers)],
-        output,
-        cfg.dropout,
-    )
+    positions = positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions)
+    decoder = TransformerDecoder(embed, positions, layers, output, cfg.dropout)
     return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
