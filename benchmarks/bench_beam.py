@@ -11,7 +11,7 @@ import platform
 import statistics
 
 import torch
-from results import paired_ratio, parse_args, publish
+from results import paired_ratio, parse_args, publish, sized
 
 from vlattn.config import ModelConfig
 from vlattn.decoding import beam_search
@@ -25,7 +25,7 @@ def main() -> None:
     args = parse_args(__doc__, repeats=5)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    vocab, batch, regions, beam, steps = 10201, 10, 50, 5, 20
+    vocab, batch, regions, beam, steps = 10201, sized(args, 10, 2), 50, 5, sized(args, 20, 5)
     model = build_captioner(ModelConfig(encoder_layers=3, decoder_layers=3), vocab).eval()
     inputs = random_batch(batch, regions, 1, 2048, vocab)
     regions_in = {k: inputs[k] for k in ("features", "boxes", "region_mask")}

@@ -18,7 +18,7 @@ from functools import partial
 
 import torch
 from bench_xe_step import xe_step
-from results import paired_ratio, parse_args, publish
+from results import paired_ratio, parse_args, publish, sized
 from torch import Tensor, nn
 
 from vlattn.config import Spec, load_config
@@ -73,7 +73,7 @@ def main() -> None:
         torch.manual_seed(0)
         models[name] = build_captioner(cfg, VOCAB, pad_id=PAD)
         optimizers[name] = torch.optim.Adam(models[name].parameters(), lr=1e-6)
-    inputs = random_batch(BATCH, REGIONS, LENGTH, FEATURES, VOCAB)
+    inputs = random_batch(sized(args, BATCH, 2), REGIONS, LENGTH, FEATURES, VOCAB)
     inputs["region_mask"][:, 40:] = False  # some padded regions, as in real batches
 
     tasks: dict[str, Callable[[nn.Module, torch.optim.Optimizer, dict[str, Tensor]], None]] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 import torch
-from results import paired_ratio, parse_args, publish
+from results import paired_ratio, parse_args, publish, sized
 from torch import Tensor, nn
 
 from vlattn.config import ModelConfig
@@ -65,7 +65,7 @@ def main() -> None:
     args = parse_args(__doc__, repeats=10)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    inputs = random_batch(BATCH, REGIONS, LENGTH, FEATURES, VOCAB)
+    inputs = random_batch(sized(args, BATCH, 2), REGIONS, LENGTH, FEATURES, VOCAB)
     inputs["region_mask"][:, 40:] = False  # some padded regions, as in real batches
     models = {
         "ours": build_captioner(ModelConfig(encoder_layers=3, decoder_layers=3), VOCAB).train(),

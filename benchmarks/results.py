@@ -23,11 +23,21 @@ def write_section(heading: str, body: str, path: Path = RESULTS) -> None:
 
 
 def parse_args(doc: str, repeats: int) -> argparse.Namespace:
-    """The options every benchmark takes: ``--repeats`` and ``--no-write``."""
+    """The options every benchmark takes: ``--repeats``, ``--no-write`` and ``--quick`` (the reduced size that
+    ``make bench`` runs: smaller shapes where the script has them, one repeat, nothing written)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=repeats, help="interleaved runs of each variant")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="reduced size, one repeat, print only (make bench)")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.no_write = min(args.repeats, 1), True
+    return args
+
+
+def sized(args: argparse.Namespace, full: int, quick: int) -> int:
+    """``full`` normally, ``quick`` under ``--quick``."""
+    return quick if args.quick else full
 
 
 def publish(heading: str, body: str, args: argparse.Namespace) -> None:
