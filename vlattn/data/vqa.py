@@ -6,7 +6,8 @@ Questions (``v2_OpenEnded_mscoco_<subtype>_questions.json``):
 Annotations (``v2_mscoco_<subtype>_annotations.json``): ``{"info", "data_type", "data_subtype", "license",
 "annotations": [{"question_id", "image_id", "question_type", "answer_type", "multiple_choice_answer",
 "answers": [{"answer", "answer_confidence", "answer_id"}] x 10}]}``.
-Answer normalisation, accuracy and the answer vocabulary live in :mod:`vlattn.data.vqa_answers`.
+The answer vocabulary lives in :mod:`vlattn.data.vqa_answers`; the official answer normalisation and
+accuracy in :mod:`vlattn.metrics.vqa` (re-exported here).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from vlattn.data.regions import first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.text import tokenize
 from vlattn.data.vocab import Vocabulary
-from vlattn.data.vqa_answers import AnswerVocabulary, normalize_answer, vqa_accuracy
+from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
+from vlattn.metrics.vqa import normalize_answer, vqa_accuracy
 
 __all__ = [
     "Annotation",
