@@ -240,7 +240,7 @@ def test_missing_files(tmp_path: Path) -> None:
             opener(tmp_path / "nowhere")
         assert "nowhere" in str(err.value)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="neither"):
+    with pytest.raises(DataError, match="holds no meta.json"):
         open_store(tmp_path / "empty")
 
 
@@ -254,7 +254,7 @@ def test_corrupt_hdf5(tmp_path: Path) -> None:
         open_store(bad)
     assert "det.h5" in str(err.value)
     (tmp_path / "plain.h5").write_text("just text")
-    with pytest.raises(DataError, match="not an HDF5 file"):
+    with pytest.raises(DataError, match="not a feature store: neither HDF5"):
         open_store(tmp_path / "plain.h5")
 
 

@@ -1,7 +1,12 @@
 """Region-feature stores: one protocol, several on-disk layouts (see :mod:`.base`).
 
-``open_store(path)`` recognises the layout; ``convert_store(src, dst, format)`` streams every image of
-one store into a new one of another layout (``m2-hdf5``, ``npz-dir`` or ``memmap``).
+``open_store(path)`` recognises the layout (:func:`detect_layout`); ``convert_store(src, dst, format)``
+streams every image of one store into a new one of another layout (``m2-hdf5``, ``npz-dir`` or ``memmap``).
+
+Layouts read: the project's memmap directory (:mod:`.memmap`), M2's HDF5 file (:mod:`.hdf5`), bottom-up
+``.npz`` directories incl. MCAN's nested ``COCO_<split>_<id>.jpg.npz`` trees (:mod:`.npz`), self-critical's
+``*_att``/``*_box``/``*_fc`` siblings (:mod:`.selfcritical`), bottom-up / LXMERT TSV files (:mod:`.tsv`) and
+LMDB stores (:mod:`.lmdbstore`, optional ``lmdb`` package).
 """
 
 from __future__ import annotations
@@ -10,21 +15,28 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import h5py
+from tqdm import tqdm
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.hdf5 import M2HDF5Store, write_m2_hdf5
 from vlattn.data.features.memmap import META, MemmapStore, write_memmap
 from vlattn.data.features.npz import NpzDirStore, write_npz_dir
+from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self_critical_parts
+from vlattn.data.features.tsv import TSVStore, looks_like_tsv, shard_files
 from vlattn.errors import DataError
 
 __all__ = [
+    "BOX_UNITS",
     "FORMATS",
     "FeatureStore",
     "M2HDF5Store",
     "MemmapStore",
     "NpzDirStore",
     "RegionFeatures",
+    "SelfCriticalStore",
+    "TSVStore",
     "convert_store",
+    "detect_layout",
     "iter_regions",
     "open_store",
     "write_m2_hdf5",
@@ -38,27 +50,82 @@ Writer = Callable[..., int]
 FORMATS: dict[str, Writer] = {"m2-hdf5": write_m2_hdf5, "npz-dir": write_npz_dir, "memmap": write_memmap}
 
 
-def open_store(path: str | Path, dim: int | None = None, orientation: str | None = None) -> FeatureStore:
-    """Open the store at ``path``, recognising its layout.
+def _has_npz(path: Path) -> bool:
+    """``.npz`` files in ``path`` or in one of its immediate subdirectories (MCAN's split folders)."""
+    return any(path.glob("*.npz")) or any(path.glob("*/*.npz"))
 
-    A directory with ``meta.json`` is a memmap store, a directory of ``<id>.npz`` files an npz store
-    (``dim``/``orientation`` resolve the MCAN ``x`` orientation), an HDF5 file an M2 store.
-    ``dim``, when given, is checked against the store.
+
+def detect_layout(path: str | Path) -> str:
+    """The layout at ``path``: ``memmap``, ``self-critical``, ``lmdb``, ``npz-dir``, ``tsv`` or ``m2-hdf5``."""
+    from vlattn.data.features.lmdbstore import is_lmdb
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError("feature store not found", path=path)
+    if path.is_dir() and (path / META).is_file():
+        return "memmap"
+    if self_critical_parts(path) is not None:
+        return "self-critical"
+    if is_lmdb(path):
+        return "lmdb"
+    if path.is_dir():
+        if _has_npz(path):
+            return "npz-dir"
+        try:
+            shard_files(path)
+        except DataError:
+            raise DataError(f"directory holds no {META} (memmap), .npz files, *_att/*_box pair, LMDB or .tsv files",
+                            path=path) from None
+        return "tsv"
+    if h5py.is_hdf5(path):
+        return "m2-hdf5"
+    if looks_like_tsv(path):
+        return "tsv"
+    raise DataError("not a feature store: neither HDF5, LMDB nor a bottom-up TSV file", path=path)
+
+
+def _open_lmdb(path: Path, dim: int | None) -> FeatureStore:
+    from vlattn.data.features.lmdbstore import LmdbRecordStore, lmdb_value_kind
+
+    kind = lmdb_value_kind(path)
+    if kind in ("npz", "npy"):
+        raise DataError(f"LMDB of self-critical .{kind} files has no boxes: open the *_att LMDB beside its "
+                        "*_box sibling", path=path)
+    return LmdbRecordStore(path, dim=dim)
+
+
+def open_store(
+    path: str | Path,
+    dim: int | None = None,
+    orientation: str | None = None,
+    *,
+    box_units: str | None = None,
+    image_sizes: str | Path | None = None,
+) -> FeatureStore:
+    """Open the store at ``path``, recognising its layout (:func:`detect_layout`).
+
+    ``dim``, when given, is checked against the store. ``orientation`` ("kd"/"dk") settles MCAN's square
+    ``x`` arrays; ``box_units`` and ``image_sizes`` apply to self-critical stores (:mod:`.selfcritical`).
     """
     path = Path(path)
-    if path.is_dir():
-        if (path / META).is_file():
-            store: FeatureStore = MemmapStore(path)
-        elif any(path.glob("*.npz")):
-            store = NpzDirStore(path, dim=dim, orientation=orientation)
-        else:
-            raise DataError(f"directory holds neither {META} (memmap store) nor .npz files", path=path)
-    elif path.is_file():
-        if not h5py.is_hdf5(path):
-            raise DataError("not an HDF5 file (and not a feature directory)", path=path)
-        store = M2HDF5Store(path, dim=dim)
+    layout = detect_layout(path)
+    if layout != "npz-dir" and orientation is not None:
+        raise DataError(f"orientation applies to npz directories, not to a {layout} store", path=path)
+    if layout != "self-critical" and (box_units is not None or image_sizes is not None):
+        raise DataError(f"box units / image sizes apply to self-critical stores, not to a {layout} store", path=path)
+    store: FeatureStore
+    if layout == "memmap":
+        store = MemmapStore(path)
+    elif layout == "self-critical":
+        store = SelfCriticalStore(path, dim=dim, box_units=box_units, image_sizes=image_sizes)
+    elif layout == "lmdb":
+        store = _open_lmdb(path, dim)
+    elif layout == "npz-dir":
+        store = NpzDirStore(path, dim=dim, orientation=orientation)
+    elif layout == "tsv":
+        store = TSVStore(path, dim=dim)
     else:
-        raise DataError("feature store not found", path=path)
+        store = M2HDF5Store(path, dim=dim)
     if dim is not None and store.dim != dim:
         raise DataError(f"store has feature dimension {store.dim}, expected {dim}", path=path)
     return store
@@ -70,16 +137,38 @@ def iter_regions(store: FeatureStore, image_ids: Iterable[int] | None = None) ->
         yield image_id, store.get(image_id)
 
 
+def _with_progress(store: FeatureStore, bar: tqdm) -> Iterator[tuple[int, RegionFeatures]]:
+    """All images of ``store``: TSV files in file order (progress in bytes), others by sorted id."""
+    if isinstance(store, TSVStore):
+        bar.reset(total=store.total_bytes())
+        bar.unit, bar.unit_scale, bar.unit_divisor = "B", True, 1024
+        yield from store.stream(bar.update)
+        return
+    bar.reset(total=len(store))
+    bar.unit = "img"
+    for item in iter_regions(store):
+        yield item
+        bar.update(1)
+
+
 def convert_store(
-    src: FeatureStore | str | Path, dst: str | Path, format: str, *, dim: int | None = None, overwrite: bool = False
+    src: FeatureStore | str | Path,
+    dst: str | Path,
+    format: str,
+    *,
+    dim: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> int:
     """Copy every image of ``src`` (a store or a path for :func:`open_store`) into a new ``format`` store.
 
-    Streams one image at a time; the destination appears only when complete. Returns the image count.
+    Streams one image at a time (a TSV in one sequential pass, without an index); the destination
+    appears only when complete; ``progress`` shows a bar on stderr. Returns the image count.
     """
     if format not in FORMATS:
         raise DataError(f"unknown feature format {format!r}; valid formats: {', '.join(FORMATS)}", path=dst)
     store = open_store(src, dim=dim) if isinstance(src, (str, Path)) else src
     if Path(store.path).resolve() == Path(dst).resolve():
         raise DataError("source and destination are the same path", path=dst)
-    return FORMATS[format](dst, iter_regions(store), overwrite=overwrite)
+    with tqdm(desc=f"converting to {format}", disable=not progress, dynamic_ncols=True) as bar:
+        return FORMATS[format](dst, _with_progress(store, bar), overwrite=overwrite)

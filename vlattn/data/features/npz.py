@@ -1,9 +1,13 @@
-"""A directory of bottom-up ``<id>.npz`` files, one per image.
+"""A directory of bottom-up ``.npz`` files, one per image.
 
-Two real layouts are read:
+File names: ``<id>.npz`` or the MCAN / OpenVQA names ``COCO_<split>_<12-digit id>.jpg.npz`` (any
+``<prefix>_<digits>[.jpg|.jpeg|.png].npz``), in the directory itself or one level below it, so the
+MCAN tree ``coco_extract/{train2014,val2014,test2015}/`` opens as one store. An id found in two files is
+an error naming both. Two real key layouts are read:
 
-* self-critical.pytorch: ``feat`` (K, D), with ``boxes`` (K, 4) and ``image_h``/``image_w`` when present;
-* MCAN / OpenVQA: ``x`` stored (D, K) or (K, D), ``bbox`` (K, 4), ``image_h``, ``image_w``.
+* self-critical.pytorch with boxes: ``feat`` (K, D), ``boxes`` (K, 4), ``image_h``/``image_w`` when present
+  (its box-less ``cocobu_att`` directories are read by :mod:`.selfcritical`);
+* MCAN / OpenVQA: ``x`` stored (D, K) or (K, D), ``bbox`` (K, 4), ``image_h``, ``image_w``, ``num_bbox``.
 
 The orientation of ``x`` is decided by the box count K and the expected feature dimension D
 (constructor ``dim``, else inferred from the first file). When K == D the shape is ambiguous and
@@ -23,11 +27,11 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
-from vlattn.data.features.storage import IndexedStore, atomic_dir
+from vlattn.data.features.storage import IndexedStore, atomic_dir, index_files
 from vlattn.errors import DataError
 
-_NAME = re.compile(r"^(\d+)\.npz$")
-_KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w")
+_NAME = re.compile(r"^(?:.*_)?(\d+)(?:\.(?:jpg|jpeg|png))?\.npz$")
+_KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w", "num_bbox")
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 ORIENTATIONS = ("kd", "dk")
 
@@ -41,22 +45,23 @@ class NpzDirStore(IndexedStore):
             raise DataError(f"orientation must be one of {ORIENTATIONS}, got {orientation!r}", path=self.path)
         if not Path(self.path).is_dir():
             raise DataError("npz feature directory not found", path=self.path)
-        self._index_ids(int(m.group(1)) for p in Path(self.path).iterdir() if (m := _NAME.match(p.name)))
+        self._files = index_files(Path(self.path), _NAME)
+        self._index_ids(self._files)
         self._orientation = orientation
         self._expected_dim = dim  # None only while the first file is read to infer D
         if dim is None and not self._ids:
-            raise DataError("no <id>.npz files; pass dim for an empty store", path=self.path)
+            raise DataError("no <id>.npz or COCO_<split>_<id>.jpg.npz files; pass dim for an empty store", path=self.path)
         self._dim = self._expected_dim = dim if dim is not None else self.get(self._ids[0]).features.shape[1]
 
     def file(self, image_id: int) -> Path:
         """The ``.npz`` path of ``image_id``."""
-        return Path(self.path) / f"{image_id}.npz"
+        if image_id not in self._files:
+            raise DataError("image id not in the npz directory", path=self.path, item=image_id)
+        return self._files[image_id]
 
     def _load(self, image_id: int) -> dict[str, np.ndarray]:
-        """The known keys of ``<id>.npz`` (pickled objects refused)."""
+        """The known keys of the image's file (pickled objects refused)."""
         file = self.file(image_id)
-        if image_id not in self._id_set:
-            raise DataError("image id not in the npz directory", path=file, item=image_id)
         try:
             data = np.load(file, allow_pickle=False)
             if not isinstance(data, np.lib.npyio.NpzFile):
@@ -73,6 +78,9 @@ class NpzDirStore(IndexedStore):
         boxes = arrays.get("boxes", arrays.get("bbox"))
         if boxes is None:
             raise DataError("no 'boxes' or 'bbox' array; region boxes are required", path=file, item=image_id)
+        if "num_bbox" in arrays and int(arrays["num_bbox"].reshape(-1)[0]) != len(boxes):
+            message = f"num_bbox is {int(arrays['num_bbox'].reshape(-1)[0])} but 'bbox' has {len(boxes)} rows"
+            raise DataError(message, path=file, item=image_id)
         if "feat" in arrays:
             features = arrays["feat"]
         elif "x" in arrays:
@@ -127,8 +135,8 @@ def write_npz_dir(
             if layout == "feat":
                 arrays = {"feat": regions.features, "boxes": regions.boxes, **size}
             else:
-                count = np.int64(regions.num_regions)
-                arrays = {"x": regions.features.T, "bbox": regions.boxes, "num_bbox": count, **size}
+                num_bbox = np.int64(regions.num_regions)
+                arrays = {"x": regions.features.T, "bbox": regions.boxes, "num_bbox": num_bbox, **size}
             np.savez(tmp / f"{image_id}.npz", **arrays)
             count += 1
     return count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -100,3 +101,26 @@ class IndexedStore:
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._ids)
+
+
+def index_files(root: Path, pattern: re.Pattern[str], depth: int = 1) -> dict[int, Path]:
+    """``{image id: file}`` for the files under ``root`` whose name ``pattern`` matches (group 1 = the id).
+
+    Looks in ``root`` and in subdirectories down to ``depth`` levels below it (one per split directory).
+    An id found in two files is a :class:`DataError` naming both.
+    """
+    found: dict[int, Path] = {}
+    pending = [(root, 0)]
+    while pending:
+        folder, level = pending.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir() and level < depth:
+                    pending.append((Path(entry.path), level + 1))
+                elif (match := pattern.match(entry.name)) and entry.is_file():
+                    image_id = int(match.group(1))
+                    if image_id in found:
+                        raise DataError(f"image id {image_id} is in two files: {found[image_id]} and {entry.path}",
+                                        path=root)
+                    found[image_id] = Path(entry.path)
+    return found
