@@ -25,16 +25,27 @@ StoreFormat = Enum("StoreFormat", {name: name for name in FORMATS}, type=str)  #
 
 @app.command()
 def convert(
-    source: Path = typer.Option(..., "--from", help="Feature store to read: M2 .h5 file, npz or memmap directory."),
+    source: Path = typer.Option(..., "--from", help="Feature store to read (layout detected): memmap dir, M2 .h5, "
+                                "npz dir (incl. MCAN COCO_<split>_<id>.jpg.npz trees), self-critical *_att/*_box, "
+                                "bottom-up/LXMERT .tsv file or shard dir, LMDB."),
     dest: Path = typer.Option(..., "--to", help="Where to write the new store (a file for m2-hdf5, else a directory)."),
     format: StoreFormat = typer.Option(..., "--format", help="Layout of the new store."),
     dim: Optional[int] = typer.Option(None, "--dim", help="Expected feature dimension D (orients npz 'x')."),
     orientation: Optional[str] = typer.Option(None, "--orientation", help="npz 'x' storage when K == D: kd or dk."),
+    box_units: Optional[str] = typer.Option(None, "--box-units", help="self-critical boxes: pixels or normalized "
+                                            "(default: detected)."),
+    image_sizes: Optional[Path] = typer.Option(None, "--image-sizes", help="JSON with images[].id/width/height "
+                                               "(cocotalk.json, captions_*.json) for self-critical stores."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing destination."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
 ) -> None:
-    """Convert region features between the M2 HDF5, npz-per-image and memmap layouts."""
-    store = open_store(source, dim=dim, orientation=orientation)
-    count = convert_store(store, dest, format.value, overwrite=overwrite)
+    """Convert region features from any readable layout to the M2 HDF5, npz-per-image or memmap layout.
+
+    A TSV is read in one sequential pass (progress in bytes). Example:
+    vlattn data convert --from trainval_36/trainval_resnet101_faster_rcnn_genome_36.tsv --to feats --format memmap
+    """
+    store = open_store(source, dim=dim, orientation=orientation, box_units=box_units, image_sizes=image_sizes)
+    count = convert_store(store, dest, format.value, overwrite=overwrite, progress=progress)
     typer.echo(f"wrote {count} images ({store.dim}-d features) to {dest} as {format.value}")
 
 

@@ -20,6 +20,7 @@ values: a record asking for any other class is refused with an error naming the 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
 from pathlib import Path
@@ -66,16 +67,22 @@ def is_lmdb(path: str | Path) -> bool:
         return handle.read(20)[16:20] == _MAGIC
 
 
+_ENVS: dict[tuple[int, str], Any] = {}  # (pid, resolved path) -> environment: LMDB allows one per process
+
+
 def _open_env(path: str) -> Any:
     try:
         import lmdb
     except ImportError:
         raise DataError("reading LMDB stores needs the 'lmdb' package (pip install 'vlattn[lmdb]')", path=path) from None
-    try:
-        return lmdb.open(path, subdir=Path(path).is_dir(), readonly=True, lock=False, readahead=False,
-                         max_readers=512)
-    except lmdb.Error as err:
-        raise DataError(f"cannot open LMDB: {err}", path=path) from None
+    key = (os.getpid(), str(Path(path).resolve()))
+    if key not in _ENVS:
+        try:
+            _ENVS[key] = lmdb.open(path, subdir=Path(path).is_dir(), readonly=True, lock=False, readahead=False,
+                                   max_readers=512)
+        except lmdb.Error as err:
+            raise DataError(f"cannot open LMDB: {err}", path=path) from None
+    return _ENVS[key]
 
 
 class _Lmdb:

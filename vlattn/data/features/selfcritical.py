@@ -100,6 +100,8 @@ class SelfCriticalStore(IndexedStore):
         image_sizes: str | Path | dict[int, tuple[int, int]] | None = None,
     ) -> None:
         self.path = str(path)
+        if box_units is not None and box_units not in BOX_UNITS:
+            raise DataError(f"box_units must be one of {BOX_UNITS}, got {box_units!r}", path=path)
         parts = self_critical_parts(path)
         if parts is None:
             raise DataError("not a self-critical feature set (a <prefix>_att with a <prefix>_box sibling)", path=path)
@@ -112,8 +114,6 @@ class SelfCriticalStore(IndexedStore):
             raise DataError(f"{len(missing)} images have features but no boxes; first: {missing[:10]}",
                             path=parts["box"])
         self._sizes = load_image_sizes(image_sizes) if isinstance(image_sizes, (str, Path)) else image_sizes
-        if box_units is not None and box_units not in BOX_UNITS:
-            raise DataError(f"box_units must be one of {BOX_UNITS}, got {box_units!r}", path=path)
         self.box_units = box_units or self._detect_units()
         self._expected_dim = dim
         if dim is None and not self._ids:
