@@ -1,4 +1,4 @@
-"""The ``vlattn`` command: train, eval, caption, profile, and data tools.
+"""The ``vlattn`` command: train, eval, caption, score, profile, and data tools.
 
 Errors about user input (:class:`vlattn.errors.VlattnError`) are printed as one line on stderr and
 exit with status 2; anything else is a bug and keeps its traceback.
@@ -15,11 +15,13 @@ import typer
 
 from vlattn.data.cli import app as data_app
 from vlattn.errors import VlattnError
+from vlattn.scoring.cli import score
 
 app = typer.Typer(help="Attention-based vision-language models: captioning and VQA over region features.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
+app.command()(score)
 
 @app.callback()
 def options(

@@ -22,51 +22,61 @@ from vlattn.metrics.spice import Spice
 from vlattn.metrics.tokenizer import PTBTokenizer
 
 Scores = dict[str, float]
+PerImage = dict[str, list]  # metric name -> one value per image, in the order of the references
 Refs = Mapping[Hashable, Sequence[str]]
 
 
-def _bleu(gts: Refs, res: Refs) -> Scores:
-    corpus, _ = Bleu(4).compute_score(gts, res)
-    return {f"Bleu_{k + 1}": float(s) for k, s in enumerate(corpus)}
+def _bleu(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
+    corpus, per_image = Bleu(4).compute_score(gts, res)
+    names = [f"Bleu_{k + 1}" for k in range(4)]
+    return ({n: float(s) for n, s in zip(names, corpus)},
+            {n: [float(v) for v in values] for n, values in zip(names, per_image)})
 
 
-def _rouge(gts: Refs, res: Refs) -> Scores:
-    return {"ROUGE_L": float(Rouge().compute_score(gts, res)[0])}
+def _rouge(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
+    score, per_image = Rouge().compute_score(gts, res)
+    return {"ROUGE_L": float(score)}, {"ROUGE_L": [float(v) for v in per_image]}
 
 
-def _cider(gts: Refs, res: Refs) -> Scores:
-    return {"CIDEr": float(CiderD().compute_score(gts, res)[0])}
+def _cider(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
+    score, per_image = CiderD().compute_score(gts, res)
+    return {"CIDEr": float(score)}, {"CIDEr": [float(v) for v in per_image]}
 
 
-def _meteor(gts: Refs, res: Refs) -> Scores:
+def _meteor(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
     with Meteor() as meteor:
         if not meteor.available():
             raise _Unavailable(meteor.reason)
-        return {"METEOR": float(meteor.compute_score(gts, res)[0])}
+        score, per_image = meteor.compute_score(gts, res)
+        return {"METEOR": float(score)}, {"METEOR": [float(v) for v in per_image]}
 
 
-def _spice(gts: Refs, res: Refs) -> Scores:
+def _spice(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
     spice = Spice()
     if not spice.available():
         raise _Unavailable(spice.reason)
-    return {"SPICE": float(spice.compute_score(gts, res)[0])}
+    score, per_image = spice.compute_score(gts, res)
+    return {"SPICE": float(score)}, {"SPICE": list(per_image)}
 
 
 class _Unavailable(Exception):
     """A metric that cannot be computed on this machine; the message is the reason."""
 
 
-METRICS: dict[str, Callable[[Refs, Refs], Scores]] = {
+METRICS: dict[str, Callable[[Refs, Refs], tuple[Scores, PerImage]]] = {
     "BLEU": _bleu, "METEOR": _meteor, "ROUGE_L": _rouge, "CIDEr": _cider, "SPICE": _spice,
 }
 
 
 @dataclass
 class CaptionReport:
-    """``scores`` (Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr, SPICE as computed) and ``unavailable`` (metric -> reason)."""
+    """``scores`` (Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr, SPICE as computed), ``unavailable`` (metric -> reason)
+    and ``per_image`` (metric -> one value per image of ``image_ids``; SPICE's are pycocoevalcap's score dicts)."""
 
     scores: dict[str, float] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    per_image: PerImage = field(default_factory=dict)
+    image_ids: list[Hashable] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, dict[str, float] | dict[str, str]]:
         return {"scores": dict(self.scores), "unavailable": dict(self.unavailable)}
@@ -85,7 +95,10 @@ def evaluate_captions(
     tokenizer_backend: str = "auto",
     metrics: Sequence[str] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr", "SPICE"),
 ) -> CaptionReport:
-    """Score raw predictions ``{image_id: caption}`` against raw references ``{image_id: [caption, ...]}``."""
+    """Score raw predictions ``{image_id: caption}`` against raw references ``{image_id: [caption, ...]}``.
+
+    Images are scored in the order of ``gts`` (the order of the per-image values).
+    """
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; valid: {', '.join(METRICS)}")
@@ -104,10 +117,12 @@ def evaluate_captions(
     tok_res = {i: tokens[("res", i)] for i in gts}
     if collapse_repeats:
         tok_res = {i: [collapse_repeated_words(c) for c in caps] for i, caps in tok_res.items()}
-    report = CaptionReport()
+    report = CaptionReport(image_ids=list(gts))
     for name in metrics:
         try:
-            report.scores.update(METRICS[name](tok_gts, tok_res))
+            scores, per_image = METRICS[name](tok_gts, tok_res)
+            report.scores.update(scores)
+            report.per_image.update(per_image)
         except _Unavailable as reason:
             report.unavailable[name] = str(reason)
     return report
