@@ -18,7 +18,6 @@ from vlattn.data.features import (
     RegionFeatures,
     SelfCriticalStore,
     TSVStore,
-    convert_store,
     detect_layout,
     open_store,
 )

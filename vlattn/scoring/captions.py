@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlattn.data.jsonfiles import field, read_json
+from vlattn.data.jsonfiles import read_json
 from vlattn.data.karpathy import SPLITS, load_coco_captions, load_karpathy, normalize_split
 from vlattn.errors import ConfigError, DataError
 from vlattn.metrics.evaluate import CaptionReport, evaluate_captions
 from vlattn.metrics.tokenizer import java_tokenizer_jar
-from vlattn.scoring.ids import check_result_ids
+from vlattn.scoring.ids import check_result_ids, read_results
 
 TOKENIZERS = ("java", "python")
 METRIC_NAMES = ("BLEU", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
@@ -36,16 +36,7 @@ METRIC_NAMES = ("BLEU", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
 
 def load_caption_results(path: str | Path) -> dict[int, str]:
     """``{image_id: caption}`` of a COCO results file; duplicate ids are refused (naming them)."""
-    rows = read_json(path)
-    if not isinstance(rows, list):
-        raise DataError(f"results must be a JSON list of {{image_id, caption}} objects, got {type(rows).__name__}",
-                        path=path)
-    ids, captions = [], []
-    for index, row in enumerate(rows):
-        ids.append(field(row, "image_id", int, path=path, item=f"results[{index}]"))
-        captions.append(field(row, "caption", str, path=path, item=f"results[{index}] (image {ids[-1]})"))
-    check_result_ids(ids, set(ids), kind="image", path=path, reference=path)
-    return dict(zip(ids, captions))
+    return read_results(path, "image_id", "caption", "image")
 
 
 def _is_karpathy(data: Any) -> bool:

@@ -13,25 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from vlattn.data.jsonfiles import field, read_json, write_json
+from vlattn.data.jsonfiles import write_json
 from vlattn.data.vqa import Annotation, load_annotations, load_questions
 from vlattn.errors import DataError
 from vlattn.metrics.vqa import VQAReport, evaluate_vqa, normalize_answer
-from vlattn.scoring.ids import check_result_ids
+from vlattn.scoring.ids import check_result_ids, read_results
 
 
 def load_vqa_results(path: str | Path) -> dict[int, str]:
     """``{question_id: answer}`` of a VQA results file; duplicate ids are refused (naming them)."""
-    rows = read_json(path)
-    if not isinstance(rows, list):
-        raise DataError(f"results must be a JSON list of {{question_id, answer}} objects, got {type(rows).__name__}",
-                        path=path)
-    ids, answers = [], []
-    for index, row in enumerate(rows):
-        ids.append(field(row, "question_id", int, path=path, item=f"results[{index}]"))
-        answers.append(field(row, "answer", str, path=path, item=f"results[{index}] (question {ids[-1]})"))
-    check_result_ids(ids, set(ids), kind="question", path=path, reference=path)
-    return dict(zip(ids, answers))
+    return read_results(path, "question_id", "answer", "question")
 
 
 def write_vqa_results(path: str | Path, answers: Mapping[int, str]) -> None:

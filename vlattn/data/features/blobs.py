@@ -22,7 +22,7 @@ from vlattn.errors import DataError
 
 NPZ_MAGIC = b"PK\x03\x04"
 NPY_MAGIC = b"\x93NUMPY"
-_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 class Blobs(Protocol):
@@ -84,5 +84,5 @@ def load_array(blob: bytes, keys: Sequence[str], *, where: str, image_id: int) -
                     return data[key]
             raise DataError(f"npz archive has none of the keys {list(keys)} (keys: {data.files})",
                             path=where, item=image_id)
-    except _READ_ERRORS as err:
+    except READ_ERRORS as err:
         raise DataError(f"cannot read npy/npz data: {err}", path=where, item=image_id) from None

@@ -47,15 +47,6 @@ _SAFE_GLOBALS = {
 }  # fmt: skip
 
 
-def lmdb_available() -> bool:
-    """Whether the optional ``lmdb`` package can be imported."""
-    try:
-        import lmdb  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def is_lmdb(path: str | Path) -> bool:
     """An LMDB directory (``data.mdb`` inside) or an LMDB file (checked by its magic number)."""
     path = Path(path)

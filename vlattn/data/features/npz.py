@@ -18,21 +18,19 @@ image size is derived from the boxes' max extents.
 from __future__ import annotations
 
 import re
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.storage import IndexedStore, atomic_dir, index_files
 from vlattn.errors import DataError
 
 _NAME = re.compile(r"^(?:.*_)?(\d+)(?:\.(?:jpg|jpeg|png))?\.npz$")
 _KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w", "num_bbox")
-_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 ORIENTATIONS = ("kd", "dk")
 
 
@@ -68,7 +66,7 @@ class NpzDirStore(IndexedStore):
                 raise DataError("not an .npz archive (a single .npy array?)", path=file, item=image_id)
             with data:
                 return {key: data[key] for key in _KEYS if key in data.files}
-        except _READ_ERRORS as err:
+        except READ_ERRORS as err:
             raise DataError(f"cannot read npz file: {err}", path=file, item=image_id) from None
 
     def get(self, image_id: int) -> RegionFeatures:
