@@ -124,6 +124,7 @@ def test_self_critical_pixel_boxes(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got.boxes, want.boxes)
     assert got.width == int(np.ceil(want.boxes[:, 2].max()))  # no sizes given: the boxes' extent
     np.testing.assert_allclose(store.pooled(9), regions_of(9).features.mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(store)).get(9).features, regions_of(9).features)
     sized = open_store(root, image_sizes=write_sizes(tmp_path / "cocotalk.json", [9, 42]))
     same(sized.get(42), want)
 
@@ -201,6 +202,7 @@ def test_tsv_random_access_and_cached_index(tmp_path: Path, line) -> None:
     assert len(list((tmp_path / "cache" / "vlattn" / "tsv-index").glob("*.npz"))) == 1
     again = TSVStore(tsv)  # the cached index is used (a fresh object reads the same offsets)
     same(again.get(9), regions_of(9))
+    same(pickle.loads(pickle.dumps(again)).get(1000), regions_of(1000))  # DataLoader workers
 
 
 def test_tsv_shard_directory(tmp_path: Path) -> None:
@@ -315,6 +317,7 @@ def test_lmdb_pickled_records(tmp_path: Path) -> None:
     assert store.ids() == [9, 42] and store.dim == DIM
     for image_id in (9, 42):
         same(store.get(image_id), regions_of(image_id))
+    same(pickle.loads(pickle.dumps(store)).get(9), regions_of(9))  # DataLoader workers
 
 
 def test_lmdb_refuses_unsafe_or_malformed_records(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ values: a record asking for any other class is refused with an error naming the 
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -81,7 +82,7 @@ class _Lmdb:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        self._env: ProcessLocal[Any] = ProcessLocal(lambda: _open_env(self.path))
+        self._env: ProcessLocal[Any] = ProcessLocal(functools.partial(_open_env, self.path))
         self.keys: dict[int, bytes] = {}
         with self._env.get().begin(write=False) as txn:
             for key in txn.cursor().iternext(keys=True, values=False):

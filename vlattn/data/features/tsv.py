@@ -104,10 +104,13 @@ class TSVStore(IndexedStore):
             raise DataError("TSV feature file not found", path=self.path)
         self.files = shard_files(Path(self.path))
         self._expected_dim = dim
-        self._handles: ProcessLocal[list[BinaryIO]] = ProcessLocal(lambda: [open(f, "rb") for f in self.files])
+        self._handles: ProcessLocal[list[BinaryIO]] = ProcessLocal(self._open_files)
         self._rows: dict[int, int] | None = None
         self._dim = dim if dim is not None else self._first_dim()
         self._expected_dim = self._dim
+
+    def _open_files(self) -> list[BinaryIO]:
+        return [open(file, "rb") for file in self.files]
 
     def _first_dim(self) -> int:
         for _, regions in self.stream():
