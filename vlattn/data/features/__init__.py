@@ -137,16 +137,8 @@ def iter_regions(store: FeatureStore, image_ids: Iterable[int] | None = None) ->
         yield image_id, store.get(image_id)
 
 
-def _with_progress(store: FeatureStore, bar: tqdm) -> Iterator[tuple[int, RegionFeatures]]:
-    """All images of ``store``: TSV files in file order (progress in bytes), others by sorted id."""
-    if isinstance(store, TSVStore):
-        bar.reset(total=store.total_bytes())
-        bar.unit, bar.unit_scale, bar.unit_divisor = "B", True, 1024
-        yield from store.stream(bar.update)
-        return
-    bar.reset(total=len(store))
-    bar.unit = "img"
-    for item in iter_regions(store):
+def _counted(items: Iterator[tuple[int, RegionFeatures]], bar: tqdm) -> Iterator[tuple[int, RegionFeatures]]:
+    for item in items:
         yield item
         bar.update(1)
 
@@ -170,5 +162,9 @@ def convert_store(
     store = open_store(src, dim=dim) if isinstance(src, (str, Path)) else src
     if Path(store.path).resolve() == Path(dst).resolve():
         raise DataError("source and destination are the same path", path=dst)
-    with tqdm(desc=f"converting to {format}", disable=not progress, dynamic_ncols=True) as bar:
-        return FORMATS[format](dst, _with_progress(store, bar), overwrite=overwrite)
+    by_bytes = isinstance(store, TSVStore)  # streamed in file order, progress in bytes, no index needed
+    total = store.total_bytes() if by_bytes else len(store)
+    with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
+              unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
+        items = store.stream(bar.update) if by_bytes else _counted(iter_regions(store), bar)
+        return FORMATS[format](dst, items, overwrite=overwrite)
