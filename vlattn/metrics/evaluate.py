@@ -8,6 +8,7 @@ reason, never given a number.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,11 +44,12 @@ def _cider(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
     return {"CIDEr": float(score)}, {"CIDEr": [float(v) for v in per_image]}
 
 
-def _meteor(gts: Refs, res: Refs) -> tuple[Scores, PerImage]:
-    with Meteor() as meteor:
-        if not meteor.available():
-            raise _Unavailable(meteor.reason)
-        score, per_image = meteor.compute_score(gts, res)
+def _meteor(gts: Refs, res: Refs, meteor: Meteor | None = None) -> tuple[Scores, PerImage]:
+    """METEOR with ``meteor`` (possibly started early by the caller) or a fresh process; closes it."""
+    with meteor or Meteor() as bridge:
+        if not bridge.available():
+            raise _Unavailable(bridge.reason)
+        score, per_image = bridge.compute_score(gts, res)
         return {"METEOR": float(score)}, {"METEOR": [float(v) for v in per_image]}
 
 
@@ -110,22 +112,44 @@ def evaluate_captions(
     empty = [i for i, refs in gts.items() if not refs]
     if empty:
         raise DataError("image has no reference captions", item=empty[0])
-    tokens = PTBTokenizer(tokenizer_backend).tokenize(
+    meteor = Meteor() if "METEOR" in metrics else None
+    if meteor is not None and meteor.available():
+        meteor.start()  # its Java start-up (paraphrase table) overlaps the tokenisation and the other metrics
+    try:
+        tok_gts, tok_res = _tokenize(gts, res, tokenizer_backend, collapse_repeats)
+        runners = {**METRICS, "METEOR": functools.partial(_meteor, meteor=meteor)}
+        results: dict[str, tuple[Scores, PerImage] | str] = {}
+        for name in sorted(metrics, key=lambda m: m == "METEOR"):  # METEOR last: its start-up has had most time
+            try:
+                results[name] = runners[name](tok_gts, tok_res)
+            except _Unavailable as reason:
+                results[name] = str(reason)
+    finally:
+        if meteor is not None:
+            meteor.close()
+    report = CaptionReport(image_ids=list(gts))
+    for name in metrics:  # reported in the order asked for
+        outcome = results[name]
+        if isinstance(outcome, str):
+            report.unavailable[name] = outcome
+        else:
+            report.scores.update(outcome[0])
+            report.per_image.update(outcome[1])
+    return report
+
+
+def _tokenize(
+    gts: Mapping[int, Sequence[str]], res: Mapping[int, str], backend: str, collapse_repeats: bool
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """PTB-tokenised references and predictions (one tokenizer call for both)."""
+    tokens = PTBTokenizer(backend).tokenize(
         {**{("gts", i): list(refs) for i, refs in gts.items()}, **{("res", i): [res[i]] for i in gts}}
     )
     tok_gts = {i: tokens[("gts", i)] for i in gts}
     tok_res = {i: tokens[("res", i)] for i in gts}
     if collapse_repeats:
         tok_res = {i: [collapse_repeated_words(c) for c in caps] for i, caps in tok_res.items()}
-    report = CaptionReport(image_ids=list(gts))
-    for name in metrics:
-        try:
-            scores, per_image = METRICS[name](tok_gts, tok_res)
-            report.scores.update(scores)
-            report.per_image.update(per_image)
-        except _Unavailable as reason:
-            report.unavailable[name] = str(reason)
-    return report
+    return tok_gts, tok_res
 
 
 def best_constant_caption(

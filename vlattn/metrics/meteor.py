@@ -20,7 +20,8 @@ _JAR = ("meteor", "meteor-1.5.jar")
 class Meteor(JarBridge):
     """METEOR with pycocoevalcap's ``compute_score(gts, res) -> (score, [per-image scores])``.
 
-    The subprocess starts on first use and is stopped by :meth:`close` (also via ``with`` or on deletion).
+    The subprocess starts on first use (or early, with :meth:`start`) and is stopped by :meth:`close` (also via
+    ``with`` or on deletion).
     """
 
     def __init__(self) -> None:
@@ -48,7 +49,7 @@ class Meteor(JarBridge):
         return self._read()
 
     def _send(self, line: str) -> None:
-        process = self._start()
+        process = self.start()
         assert process.stdin is not None
         process.stdin.write(f"{line}\n".encode("utf-8"))
         process.stdin.flush()
@@ -61,7 +62,11 @@ class Meteor(JarBridge):
             raise RuntimeError("the METEOR Java process exited unexpectedly")
         return line.decode("utf-8").strip()
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> subprocess.Popen[bytes]:
+        """Start the Java process now (it spends ~20-30 s loading its paraphrase table) if not running.
+
+        Returns at once: callers overlap that loading with other work before :meth:`compute_score`.
+        """
         if self._jar is None:
             raise RuntimeError(f"METEOR unavailable: {self._reason}")
         if self._process is None or self._process.poll() is not None:
