@@ -130,7 +130,7 @@ def main() -> None:
         f"{args.repeats} interleaved rounds (COCOEvalCap, vlattn, ...), medians; {os.cpu_count()} CPUs, shared machine.\n\n"
         "| metric | COCOEvalCap | vlattn score |\n|---|---|---|\n"
         f"{rows}\n\n"
-        f"Scores bit-identical: **{identical}** (max corpus difference {corpus_diff:.1e}, max per-image difference "
+        f"Corpus scores bit-identical: **{identical}** (max corpus difference {corpus_diff:.1e}, max per-image difference "
         f"{image_diff:.1e} over {len(theirs_images)} images x {len(theirs_scores)} metrics).\n\n"
         f"| tool | median time (s) | all runs (s) |\n|---|---|---|\n"
         f"| COCOEvalCap | {median_theirs:.1f} | {', '.join(f'{t:.1f}' for t in theirs_t)} |\n"
