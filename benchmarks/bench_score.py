@@ -1,7 +1,7 @@
 """`vlattn score` vs pycocoevalcap's COCOEvalCap on the same files: identical scores, time ratio.
 
-Writes a COCO caption annotation file (5,000 images x 5 references) and a results file for 4,000 of them
-(captions from a small grammar with COCO-like punctuation, numbers and clitics) to a temporary directory,
+Writes a COCO caption annotation file (5,000 images x 5 references; 250 with --quick) and a results file for 4,000
+of them (captions from a small grammar with COCO-like punctuation, numbers and clitics) to a temporary directory,
 then times, interleaved (A B A B ...), one torch/BLAS thread, both from the files to the scores:
 
 * COCOEvalCap: ``COCO(ann)``, ``loadRes``, ``params["image_id"] = cocoRes.getImgIds()``, ``evaluate()``;
@@ -32,12 +32,12 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from results import paired_ratio, parse_args, publish  # noqa: E402
+from results import paired_ratio, parse_args, publish, sized  # noqa: E402
 
 from vlattn.scoring import score_caption_files  # noqa: E402
 
 HEADING = "vlattn score vs COCOEvalCap"
-IMAGES, REFS, SCORED = 5000, 5, 4000
+REFS = 5
 SUBJECTS = ["man", "woman", "dog", "cat", "group of people", "giraffe", "train", "bus", "plate of food", "kid",
             "skateboarder", "young boy", "bathroom", "kitchen", "pizza", "tennis player", "clock tower", "zebra"]
 ADJECTIVES = ["", "", "", "red", "large", "small", "black-and-white", "old-fashioned", "wooden", "2-door", "happy"]
@@ -57,9 +57,9 @@ def caption(rng: random.Random) -> str:
     return text + rng.choice([".", "", "", " .", "!"])
 
 
-def write_files(root: Path) -> tuple[Path, Path]:
+def write_files(root: Path, images: int, scored: int) -> tuple[Path, Path]:
     rng = random.Random(0)
-    ids = rng.sample(range(1, 600000), IMAGES)
+    ids = rng.sample(range(1, 600000), images)
     images = [{"id": i, "file_name": f"COCO_val2014_{i:012d}.jpg"} for i in ids]
     annotations = [{"id": n, "image_id": i, "caption": caption(rng)}
                    for n, i in enumerate((i for i in ids for _ in range(REFS)), start=1)]
@@ -67,7 +67,7 @@ def write_files(root: Path) -> tuple[Path, Path]:
     ann.write_text(json.dumps({"info": {}, "licenses": [], "type": "captions", "images": images,
                                "annotations": annotations}))
     results = root / "captions_val2014_bench_results.json"
-    results.write_text(json.dumps([{"image_id": i, "caption": caption(rng)} for i in rng.sample(ids, SCORED)]))
+    results.write_text(json.dumps([{"image_id": i, "caption": caption(rng)} for i in rng.sample(ids, scored)]))
     return ann, results
 
 
@@ -102,10 +102,11 @@ def ours(ann: Path, results: Path) -> tuple[dict, dict]:
 
 def main() -> None:
     args = parse_args(__doc__, repeats=3)
+    images, scored = sized(args, 5000, 250), sized(args, 4000, 200)
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="vlattn-bench-score-"))
     try:
-        ann, results = write_files(tmp)
+        ann, results = write_files(tmp, images, scored)
         theirs_t, ours_t = [], []
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -123,7 +124,7 @@ def main() -> None:
     rows = "\n".join(f"| {k} | {theirs_scores[k]:.6f} | {our_scores[k]:.6f} |" for k in theirs_scores)
     median_theirs, median_ours = statistics.median(theirs_t), statistics.median(ours_t)
     body = (
-        f"COCO caption annotation file of {IMAGES} images x {REFS} references and a results file for {SCORED} of "
+        f"COCO caption annotation file of {images} images x {REFS} references and a results file for {scored} of "
         f"them (grammar-generated captions with punctuation, numbers, clitics), written to a temporary directory. "
         f"Both from the files to the scores with the Java PTB tokenizer, BLEU, METEOR, ROUGE-L, CIDEr-D "
         f"(SPICE cannot run here: its CoreNLP models are absent; left out of both). torch/BLAS 1 thread, "

@@ -26,19 +26,19 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from results import parse_args, publish  # noqa: E402
+from results import parse_args, publish, sized  # noqa: E402
 
 from vlattn.data.features import MemmapStore, TSVStore, convert_store  # noqa: E402
 
 HEADING = "Bottom-up TSV conversion"
-IMAGES, REGIONS, DIM = 1000, 36, 2048
+REGIONS, DIM = 36, 2048
 
 
-def write_tsv(path: Path) -> None:
+def write_tsv(path: Path, images: int) -> None:
     """The bottom-up-attention layout: image_id, image_w, image_h, num_boxes, boxes, features (base64 float32)."""
     rng = np.random.default_rng(0)
     with open(path, "w") as handle:
-        for image_id in range(IMAGES):
+        for image_id in range(images):
             features = np.maximum(rng.normal(size=(REGIONS, DIM)), 0).astype("<f4")  # ReLU-like, as detectors
             xy = rng.uniform(0, 300, size=(REGIONS, 2))
             boxes = np.concatenate([xy, xy + rng.uniform(10, 300, size=(REGIONS, 2))], axis=1).astype("<f4")
@@ -55,23 +55,24 @@ def timed(fn) -> tuple[float, object]:  # type: ignore[no-untyped-def]
 
 def main() -> None:
     args = parse_args(__doc__, repeats=3)
+    images = sized(args, 1000, 50)
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="vlattn-bench-tsv-"))
     os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
     try:
         tsv = tmp / "trainval_36.tsv"
-        write_tsv(tsv)
+        write_tsv(tsv, images)
         size_mb = tsv.stat().st_size / 2**20
         convert_t, index_t, access_t = [], [], []
         for round_ in range(args.repeats):
             out = tmp / f"memmap{round_}"
             t, count = timed(lambda: convert_store(TSVStore(tsv, dim=DIM), out, "memmap"))
-            assert count == IMAGES
+            assert count == images
             convert_t.append(t)
             shutil.rmtree(tmp / "cache", ignore_errors=True)  # index from scratch each round
             store = TSVStore(tsv, dim=DIM)
             index_t.append(timed(store.ids)[0])
-            ids = random.Random(round_).sample(store.ids(), 200)
+            ids = random.Random(round_).sample(store.ids(), min(200, images))
             access_t.append(timed(lambda: [store.get(i) for i in ids])[0] / len(ids))
         check = MemmapStore(tmp / "memmap0").get(9)
         reference = TSVStore(tsv, dim=DIM).get(9)
@@ -81,15 +82,15 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     conv = statistics.median(convert_t)
     body = (
-        f"{IMAGES} images x {REGIONS} regions x {DIM}-d float32 in the bottom-up TSV layout ({size_mb:.0f} MB of "
+        f"{images} images x {REGIONS} regions x {DIM}-d float32 in the bottom-up TSV layout ({size_mb:.0f} MB of "
         f"base64 text), generated in a temporary directory; 1 thread, {args.repeats} rounds, medians; "
         f"{os.cpu_count()} CPUs, shared machine.\n\n"
         "| step | median | throughput |\n|---|---|---|\n"
         f"| `convert_store(TSVStore, 'memmap')` (what `vlattn data convert` runs) | {conv:.2f} s | "
-        f"{IMAGES / conv:.0f} images/s, {size_mb / conv:.0f} MB/s of TSV |\n"
+        f"{images / conv:.0f} images/s, {size_mb / conv:.0f} MB/s of TSV |\n"
         f"| offset index, one pass (no cache) | {statistics.median(index_t):.2f} s | "
         f"{size_mb / statistics.median(index_t):.0f} MB/s |\n"
-        f"| random `get` through the index (200 ids) | {statistics.median(access_t) * 1e3:.1f} ms/image | |\n\n"
+        f"| random `get` through the index ({min(200, images)} ids) | {statistics.median(access_t) * 1e3:.1f} ms/image | |\n\n"
         f"All runs (s): convert {', '.join(f'{t:.2f}' for t in convert_t)}; index "
         f"{', '.join(f'{t:.2f}' for t in index_t)}. The memmap store is {converted_mb:.0f} MB (float16 features); "
         f"max |difference| to the TSV values after the float16 round trip: {error:.1e}."
