@@ -84,7 +84,7 @@ def evaluate(
 @app.command()
 def caption(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory."),
-    features: Path = typer.Option(..., help="Feature store (memmap dir, M2 .h5, or npz dir)."),
+    features: Path = typer.Option(..., help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, self-critical dirs, TSV, LMDB."),
     ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
     beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
     device: str = DEVICE,
