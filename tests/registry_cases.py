@@ -175,9 +175,9 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
 
 
 def model_cases() -> list[ModelCase]:
-    """Every model kind with its defaults, and the Transformer with every mechanism at every captioner site
+    """Every captioning model kind with its defaults, and the Transformer with every mechanism at every captioner site
     that mechanism allows."""
-    cases = [ModelCase(kind) for kind in sorted(MODELS)]
+    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":

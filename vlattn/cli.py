@@ -44,41 +44,39 @@ def train(
     config: Path = CONFIG,
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (checkpoints, logs, predictions)."),
     overrides: Optional[List[str]] = SET,
-    stage: str = typer.Option("xe", help="xe (cross-entropy) or scst (self-critical, needs --init)."),
-    init: Optional[Path] = typer.Option(None, help="Checkpoint (or run dir) to start SCST from."),
+    stage: Optional[str] = typer.Option(
+        None, help="Stage of the config's task (default: its first). Captioning: xe (cross-entropy), "
+                   "scst (self-critical, needs --init)."),
+    init: Optional[Path] = typer.Option(None, help="Checkpoint (or run dir) whose weights the run starts from."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     device: str = DEVICE,
 ) -> None:
-    """Train a captioner; validation CIDEr-D each epoch, best/last checkpoints in OUT/checkpoints."""
+    """Train a stage of the config's task; validation each epoch, best/last checkpoints in OUT/checkpoints."""
     from vlattn.config import load_config
-    from vlattn.stages import STAGES
+    from vlattn.tasks import stage_of, task_of
+    from vlattn.training.stage import run_stage
 
-    if stage not in STAGES:
-        raise VlattnError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
     cfg = load_config(config, overrides or [])
-    metrics = STAGES[stage](cfg, out, resume=resume, device=device, init=init)
-    typer.echo(json.dumps({"stage": stage, "run_dir": str(out), "last_val": metrics}))
+    chosen = stage_of(task_of(cfg.task), stage)
+    metrics = run_stage(chosen, cfg, out, resume=resume, device=device, init=init)
+    typer.echo(json.dumps({"task": cfg.task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
 @app.command("eval")
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
-    split: str = typer.Option("test", help="train, val or test."),
+    split: Optional[str] = typer.Option(None, help="Split to score (default: the task's; captioning: test)."),
     data: Optional[Path] = typer.Option(None, help="Data root (default: the one in the checkpoint's config)."),
     beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object on stdout."),
     device: str = DEVICE,
 ) -> None:
-    """Decode a split with beam search and report BLEU, METEOR, ROUGE-L, CIDEr-D (SPICE if possible)."""
-    from vlattn.commands import run_eval
+    """Score a trained model on a split, as its task does (captioning: beam search; BLEU, METEOR, ROUGE-L,
+    CIDEr-D, SPICE if possible)."""
+    from vlattn.tasks import EvalRequest, evaluate as run_eval, format_report
 
-    report = run_eval(checkpoint, split=split, data_root=data, beam_size=beam_size, device=device)
-    if as_json:
-        typer.echo(json.dumps(report))
-    else:
-        from vlattn.commands import format_report
-
-        typer.echo(format_report(report))
+    report = run_eval(checkpoint, EvalRequest(split=split, data_root=data, beam_size=beam_size, device=device))
+    typer.echo(json.dumps(report) if as_json else format_report(report))
 
 
 @app.command()
@@ -90,7 +88,7 @@ def caption(
     device: str = DEVICE,
 ) -> None:
     """Caption images from a feature store; prints COCO results JSON ([{image_id, caption}])."""
-    from vlattn.commands import run_caption
+    from vlattn.tasks.captioning import caption as run_caption
 
     typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device)))
 
@@ -107,11 +105,13 @@ def profile(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Parameters (total and per module), FLOPs of a training and a decoding step, and latency."""
-    from vlattn.commands import format_profile, run_profile
     from vlattn.config import load_config
+    from vlattn.models.profile import format_profile
+    from vlattn.tasks import ProfileShapes, task_of
 
     cfg = load_config(config, overrides or [])
-    report = run_profile(cfg, vocab_size=vocab_size, batch=batch, regions=regions, length=length, repeats=repeats)
+    shapes = ProfileShapes(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats)
+    report = task_of(cfg.task).profile(cfg, shapes)
     typer.echo(json.dumps(report) if as_json else format_profile(report))
 
 

@@ -143,8 +143,10 @@ class EvalConfig:
 
 @dataclass
 class Config:
-    """The whole run: model, data, training, evaluation."""
+    """The whole run: the task (a name in ``vlattn.tasks.TASKS``: ``captioning``, ...), model, data, training,
+    evaluation."""
 
+    task: str = "captioning"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -242,6 +244,14 @@ def lookup(registry: dict[str, T], name: str, what: str, where: str) -> T:
     if name not in registry:
         raise ConfigError(f"{where}: unknown {what} {name!r}; valid names: {', '.join(sorted(registry))}")
     return registry[name]
+
+
+def value_at(cfg: Any, key: str) -> Any:
+    """The value at the dotted config ``key`` (``train.scst_epochs``) of a config."""
+    node = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vlattn import stages
 from vlattn.errors import VlattnError
-from vlattn.pipeline import load_caption_data
-from vlattn.rewards import training_reward
+from vlattn import tasks
+from vlattn.tasks.captioning import load_caption_data, training_reward
 from vlattn.training.scst import (
     greedy_baseline,
     mean_baseline,
@@ -89,21 +88,21 @@ def test_training_reward_prefers_the_right_caption(tiny_data: Path) -> None:
 @pytest.mark.parametrize(("sampling", "baseline"), [("beam", "mean"), ("sample", "greedy"), ("sample", "mean-others")])
 def test_scst_stage_runs_from_xe_checkpoint(tiny_data: Path, tmp_path: Path, sampling: str, baseline: str) -> None:
     xe = tmp_path / "xe"
-    stages.train_xe(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
+    tasks.train(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
     cfg = tiny_config(tiny_data, "train.scst_epochs=1", "train.scst_batch_size=8", "train.scst_samples=3",
                       f"train.scst_sampling={sampling}", f"train.scst_baseline={baseline}")
     scst = tmp_path / "scst"
-    metrics = stages.train_scst(cfg, scst, init=xe, device="cpu")
+    metrics = tasks.train(cfg, scst, stage="scst", init=xe, device="cpu")
     assert math.isfinite(metrics["CIDEr"])
     records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["kind"] == "train"]
     assert len(steps) == 3  # 24 train images / batch 8
     assert all(r["stage"] == "scst" and r["lr"] == 5e-6 and math.isfinite(r["reward"]) for r in steps)
     # Resuming the SCST run as an XE run is refused.
-    with pytest.raises(ValueError, match="stage"):
-        stages.train_xe(cfg, scst, resume=True, device="cpu")
+    with pytest.raises(VlattnError, match="cannot resume stage 'xe' from a checkpoint of stage 'scst'"):
+        tasks.train(cfg, scst, stage="xe", resume=True, device="cpu")
 
 
 def test_scst_needs_init(tiny_data: Path, tmp_path: Path) -> None:
     with pytest.raises(VlattnError, match="--init"):
-        stages.train_scst(tiny_config(tiny_data), tmp_path / "x", device="cpu")
+        tasks.train(tiny_config(tiny_data), tmp_path / "x", stage="scst", device="cpu")

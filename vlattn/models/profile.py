@@ -110,3 +110,16 @@ def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dic
             run()
             times[name].append((time.perf_counter() - start) * 1000)
     return times
+
+
+def format_profile(report: dict) -> str:
+    """Human-readable table of a profile report (``model``, ``shapes``, ``threads``, ``parameters``, ``flops``,
+    ``latency_ms``), as ``vlattn profile`` prints it."""
+    shapes = ", ".join(f"{k}={v}" for k, v in report["shapes"].items())
+    lines = [f"{report['model']} ({shapes}; {report['threads']} threads)", "trainable parameters:"]
+    lines += [f"  {name:<12} {count:>14,}" for name, count in report["parameters"].items()]
+    lines.append("FLOPs:")
+    lines += [f"  {name:<12} {count / 1e9:>14.3f} G" for name, count in report["flops"].items()]
+    lines.append("latency (median):")
+    lines += [f"  {name:<14} {ms:>12.1f} ms" for name, ms in report["latency_ms"].items()]
+    return "\n".join(lines)

@@ -47,6 +47,11 @@ class TransformerCaptioner(nn.Module):
         self.use_cache = use_cache
         self.box_input = box_input
 
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The word embedding table (V, d) (data-dependent initialisation reads it)."""
+        return self.decoder.embed
+
     def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
         """Encode the regions: ``{"regions": Memory}``; with ``box_input`` the normalised boxes join the
         features."""
