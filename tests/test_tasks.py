@@ -195,9 +195,11 @@ def test_a_second_task_trains_and_evaluates_through_the_generic_cli(colours: Non
 def test_stage_names_are_checked_against_the_task(colours: None) -> None:
     assert stage_of(task_of("colours"), None) is TRAIN
     assert stage_of(CAPTIONING, None).name == "xe"
-    with pytest.raises(ConfigError, match=r"^--stage: task 'colours' has no stage 'xe'; valid: train$"):
+    with pytest.raises(ConfigError, match=r"^--stage: task 'colours' has no stage 'xe'; valid: train \(BCE on soft "
+                                          r"answer scores\)$"):
         stage_of(task_of("colours"), "xe")
-    with pytest.raises(ConfigError, match=r"^--stage: task 'captioning' has no stage 'train'; valid: xe, scst$"):
+    with pytest.raises(ConfigError, match=r"^--stage: task 'captioning' has no stage 'train'; valid: xe \(cross-entropy "
+                                          r"with teacher forcing\); scst \(self-critical"):
         stage_of(CAPTIONING, "train")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from vlattn.config import Config, load_config
 from vlattn.data.features import RegionFeatures, write_memmap
 from vlattn.data.karpathy import ImageEntry, write_karpathy
+from vlattn.tasks import captioning
 
 COLOURS = ["red", "green", "blue", "yellow"]
 SHAPES = ["circle", "square", "star"]
@@ -55,3 +58,28 @@ def tiny_config(root: Path, *extra: str) -> Config:
         "train.epochs=2", "train.batch_size=8", "train.log_every=1", "train.schedule.options.warmup=20",
         "train.schedule.options.scale=2.0", "eval.beam_size=2", "eval.batch_size=8", *extra,
     ])
+
+
+class Crash(RuntimeError):
+    """A simulated kill of a training run."""
+
+
+@contextlib.contextmanager
+def crash_at_step(step: int) -> Iterator[None]:
+    """Within the block, the captioning XE objective raises :class:`Crash` at its ``step``-th call (1-based)."""
+    real = captioning.xe_objective
+
+    def crashing_objective(**kwargs):
+        objective, calls = real(**kwargs), {"n": 0}
+
+        def wrapped(model, batch):
+            calls["n"] += 1
+            if calls["n"] == step:
+                raise Crash("simulated kill")
+            return objective(model, batch)
+
+        return wrapped
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(captioning, "xe_objective", crashing_objective)
+        yield

@@ -19,7 +19,7 @@ from vlattn.data.features import open_store
 from vlattn.data.regions import RegionSampler
 from vlattn.training.prepare import PrepareResources, module_seed, prepare_model
 from vlattn.training.stage import run_stage
-from tests.training.conftest import DIM, tiny_config
+from tests.training.conftest import DIM, Crash, crash_at_step, tiny_config
 
 K = 5
 
@@ -98,30 +98,11 @@ def test_prepare_leaves_the_rest_of_training_untouched(tiny_data: Path, tmp_path
     torch.testing.assert_close(word_mean, start.mean(dim=0))
 
 
-class Crash(RuntimeError):
-    pass
-
-
-def test_resume_and_init_do_not_prepare_again(tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_and_init_do_not_prepare_again(tiny_data: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_data, "train.checkpoint_every=3", "train.epochs=2")
     run_stage(STAGE, cfg, tmp_path / "straight", device="cpu")
-    real = captioning.xe_objective
-
-    def crashing_objective(**kwargs):
-        objective, calls = real(**kwargs), {"n": 0}
-
-        def wrapped(model, batch):
-            calls["n"] += 1
-            if calls["n"] == 5:
-                raise Crash("simulated kill")
-            return objective(model, batch)
-
-        return wrapped
-
-    monkeypatch.setattr(captioning, "xe_objective", crashing_objective)
-    with pytest.raises(Crash):
+    with crash_at_step(5), pytest.raises(Crash):
         run_stage(STAGE, cfg, tmp_path / "crashed", device="cpu")
-    monkeypatch.setattr(captioning, "xe_objective", real)
     assert RegionSeeds.calls == 2
     run_stage(STAGE, cfg, tmp_path / "crashed", resume=True, device="cpu")
     assert RegionSeeds.calls == 2

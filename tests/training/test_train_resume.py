@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-import vlattn.tasks.captioning as captioning
 import vlattn.training.checkpoint as checkpoint_module
 from vlattn.errors import VlattnError
 from vlattn import tasks
 from vlattn.training.checkpoint import load_checkpoint
-from tests.training.conftest import tiny_config
+from tests.training.conftest import Crash, crash_at_step, tiny_config
 
 
 def _weights(run: Path, name: str = "last") -> dict:
@@ -39,33 +38,13 @@ def test_xe_run_writes_checkpoints_and_logs(tiny_data: Path, tmp_path: Path) -> 
         tasks.train(tiny_config(tiny_data), run, device="cpu")
 
 
-class Crash(RuntimeError):
-    pass
-
-
-def test_resume_after_crash_reaches_identical_weights(tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_after_crash_reaches_identical_weights(tiny_data: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_data, "train.checkpoint_every=3", "train.epochs=3")
     tasks.train(cfg, tmp_path / "straight", device="cpu")
 
     # Kill the second run at step 8 (mid-epoch 2, after the step-6 checkpoint): steps 7-8 are lost.
-    real = captioning.xe_objective
-
-    def crashing_objective(**kwargs):
-        objective = real(**kwargs)
-        calls = {"n": 0}
-
-        def wrapped(model, batch):
-            calls["n"] += 1
-            if calls["n"] == 8:
-                raise Crash("simulated kill")
-            return objective(model, batch)
-
-        return wrapped
-
-    monkeypatch.setattr(captioning, "xe_objective", crashing_objective)
-    with pytest.raises(Crash):
+    with crash_at_step(8), pytest.raises(Crash):
         tasks.train(cfg, tmp_path / "crashed", device="cpu")
-    monkeypatch.setattr(captioning, "xe_objective", real)
     assert load_checkpoint(tmp_path / "crashed" / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 6
 
     tasks.train(cfg, tmp_path / "crashed", resume=True, device="cpu")

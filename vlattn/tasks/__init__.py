@@ -29,7 +29,8 @@ def stage_of(task: Task, name: str | None) -> Stage:
     if name is None:
         return next(iter(task.stages.values()))
     if name not in task.stages:
-        raise ConfigError(f"--stage: task {task.name!r} has no stage {name!r}; valid: {', '.join(task.stages)}")
+        valid = "; ".join(f"{stage} ({entry.summary})" for stage, entry in task.stages.items())
+        raise ConfigError(f"--stage: task {task.name!r} has no stage {name!r}; valid: {valid}")
     return task.stages[name]
 
 

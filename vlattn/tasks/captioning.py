@@ -20,6 +20,7 @@ ROUGE-L, CIDEr-D, SPICE where Java allows); predictions are written in the COCO 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -260,16 +261,13 @@ XE: Stage[CaptionData] = Stage(
     selection_metric="CIDEr",
 )
 
-SCST: Stage[CaptionData] = Stage(
+SCST: Stage[CaptionData] = dataclasses.replace(
+    XE,
     name="scst",
     summary="self-critical sequence training on CIDEr-D, from --init weights",
-    load_data=stage_data,
-    build_model=stage_model,
     objective=_scst_objective,
     train_set=lambda cfg, data: data.eval_set("train"),
     collate=collate_eval,
-    validator=make_validator,
-    selection_metric="CIDEr",
     schedule="train.scst_schedule",
     epochs="train.scst_epochs",
     batch_size="train.scst_batch_size",
