@@ -31,7 +31,7 @@ from vlattn.tasks.captioning import CAPTIONING
 from vlattn.training.checkpoint import Checkpoint, load_weights
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.stage import Stage
-from tests.training.conftest import COLOURS, DIM, make_tiny_data
+from tests.training.conftest import COLOURS, DIM, make_tiny_data, tiny_config
 
 runner = CliRunner()
 
@@ -190,6 +190,12 @@ def test_a_second_task_trains_and_evaluates_through_the_generic_cli(colours: Non
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["caption", "--checkpoint", str(run), "--features", str(data / "features")])
     assert result.exit_code != 0 and "a colours checkpoint; captioning needs a captioning model" in str(result.exception)
+    # nor does a captioning run start from its weights
+    captioning = tmp_path / "captioning.yaml"
+    captioning.write_text(yaml.safe_dump(config_to_dict(tiny_config(data))))
+    result = runner.invoke(app, ["train", "--config", str(captioning), "--out", str(tmp_path / "c"), "--init", str(run)])
+    assert isinstance(result.exception, ConfigError)
+    assert str(result.exception) == f"--init {run}: a colours checkpoint, but the config's task is 'captioning'"
 
 
 def test_stage_names_are_checked_against_the_task(colours: None) -> None:

@@ -25,25 +25,27 @@ K = 5
 
 
 class RegionSeeds(nn.Module):
-    """A dictionary of K region features initialised from the data (as k-means seeding would), and the mean
-    word embedding as a buffer."""
+    """A dictionary of K region features initialised from the data (as k-means seeding would); the mean word
+    embedding and the training word counts as buffers."""
 
     calls = 0
 
-    def __init__(self, dim: int, d_model: int) -> None:
+    def __init__(self, dim: int, d_model: int, vocab_size: int) -> None:
         super().__init__()
         self.entries = nn.Parameter(torch.zeros(K, dim))
         self.register_buffer("word_mean", torch.zeros(d_model))
+        self.register_buffer("word_counts", torch.zeros(vocab_size, dtype=torch.long))
 
     def prepare(self, resources: PrepareResources) -> None:
         type(self).calls += 1
         self.entries.copy_(resources.regions.sample(K, resources.generator))
         self.word_mean.copy_(resources.word_embeddings.mean(dim=0))
+        self.word_counts.copy_(resources.word_counts)
 
 
 def with_seeds(cfg, data) -> nn.Module:
     model = captioning.stage_model(cfg, data)
-    model.seeds = RegionSeeds(DIM, cfg.model.d_model)
+    model.seeds = RegionSeeds(DIM, cfg.model.d_model, len(data.vocab))
     return model
 
 
@@ -89,13 +91,17 @@ def test_prepare_leaves_the_rest_of_training_untouched(tiny_data: Path, tmp_path
     run_stage(STAGE, cfg, tmp_path / "seeded", device="cpu")
     run_stage(captioning.XE, cfg, tmp_path / "plain", device="cpu")
     seeded, plain = weights(tmp_path / "seeded"), weights(tmp_path / "plain")
-    word_mean = seeded.pop("seeds.word_mean")
+    word_mean, counts = seeded.pop("seeds.word_mean"), seeded.pop("seeds.word_counts")
     assert seeded.pop("seeds.entries").abs().sum() > 0
     assert seeded.keys() == plain.keys() and all(torch.equal(seeded[k], plain[k]) for k in plain)
-    # the buffer holds the embedding table the model started with (it is trained afterwards)
+    # the buffers hold the embedding table the model started with (it is trained afterwards) and the word
+    # counts of the 24 training images' captions "a C S", "there is a C S", "one C S in the picture"
     torch.manual_seed(cfg.train.seed)
-    start = captioning.stage_model(cfg, captioning.stage_data(cfg, None)).word_embeddings.weight
-    torch.testing.assert_close(word_mean, start.mean(dim=0))
+    data = captioning.stage_data(cfg, None)
+    torch.testing.assert_close(word_mean, captioning.stage_model(cfg, data).word_embeddings.weight.mean(dim=0))
+    expected = {"a": 48, "picture": 24, "there": 24, "red": 3 * 6, "circle": 3 * 8, "<unk>": 0, "<eos>": 0}
+    assert {word: int(counts[data.vocab.stoi[word]]) for word in expected} == expected
+    assert int(counts.sum()) == 24 * (3 + 5 + 6)
 
 
 def test_resume_and_init_do_not_prepare_again(tiny_data: Path, tmp_path: Path) -> None:

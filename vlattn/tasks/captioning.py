@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -68,11 +67,14 @@ class CaptionData:
     """Karpathy entries by split, the vocabulary and the feature store of one data set, cut as ``config``
     says (regions per image, caption length)."""
 
-    root: Path
     config: DataConfig
     entries: dict[str, list[ImageEntry]]
     vocab: Vocabulary
     store: FeatureStore
+
+    @property
+    def root(self) -> Path:
+        return Path(self.config.root)
 
     @property
     def vocabularies(self) -> dict[str, Vocabulary]:
@@ -93,9 +95,8 @@ class CaptionData:
         """Training regions, and the model's word embeddings with the training captions' word counts."""
         regions = RegionSampler(self.store, [e.image_id for e in self.entries["train"]], self.config.max_regions)
         embeddings = getattr(model, "word_embeddings", None)
-        counts = Counter(i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption))
-        word_counts = torch.zeros(len(self.vocab), dtype=torch.long)
-        word_counts[list(counts)] = torch.tensor(list(counts.values()), dtype=torch.long)
+        words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
+        word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
         return PrepareResources(
             seed=seed, regions=regions, word_counts=word_counts,
             word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
@@ -109,8 +110,7 @@ def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> Capti
     by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
     if vocab is None:
         vocab = build_vocabulary(entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)
-    store = open_store(root / cfg.features)
-    return CaptionData(root, cfg, by_split, vocab, store)
+    return CaptionData(cfg, by_split, vocab, open_store(root / cfg.features))
 
 
 def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:

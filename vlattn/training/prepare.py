@@ -18,7 +18,8 @@ load weights that already hold its result. Hence the rules for a hook:
   name, so the result is deterministic for a seed and independent of other modules. The global RNG is
   restored afterwards, so the training that follows is the same whether or not a module prepared itself.
 
-An offline alternative (``vlattn catt dictionary``) writes the same result to a file ahead of training.
+An offline alternative (CATT's ``vlattn catt dictionary`` command, issue 14) can draw from the same
+:class:`~vlattn.data.regions.RegionSampler` ahead of training.
 """
 
 from __future__ import annotations
