@@ -2,10 +2,16 @@
 
 Two interchangeable backends:
 
-- ``"python"``: :func:`vlattn.data.text.tokenize` (no Java; agrees with the Java path on caption text);
 - ``"java"``: the Stanford PTBTokenizer from the ``stanford-corenlp-3.4.1.jar`` bundled with pycocoevalcap,
-  run once per call with ``-preserveLines -lowerCase``, then the COCO punctuation list removed;
+  run once per call with ``-preserveLines -lowerCase`` over one caption per line;
+- ``"python"``: :func:`vlattn.data.text.ptb_lines`, a re-implementation of that lexer (no Java needed). It
+  agrees with the jar token for token except on exotic Unicode listed in ``docs/tokenization.md``;
 - ``"auto"``: Java when both ``java`` and the jar are present, else Python.
+
+Both backends read the characters the Stanford tokenizer treats as line breaks (``\r``, ``\x0b``, ``\x0c``,
+``\u2028``, ``\u2029``) as spaces — pycocoevalcap only replaces ``\n``, so a caption holding one of them
+shifts every later caption onto the wrong image there — and then post-process each output line as
+pycocoevalcap does (split on ``" "``, COCO punctuation removed).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import subprocess
 from typing import Hashable, Mapping, Sequence, TypeVar
 
-from vlattn.data.text import PTB_PUNCTUATION, tokenize
+from vlattn.data.text import finish_line, one_line, ptb_lines
 from vlattn.metrics._java import find_jar
 
 K = TypeVar("K", bound=Hashable)
@@ -46,19 +52,24 @@ class PTBTokenizer:
         """Tokenise every caption, keeping the image ids and the order of captions."""
         keys = [k for k, caps in captions_for_image.items() for _ in caps]
         texts = [c["caption"] if isinstance(c, Mapping) else c for caps in captions_for_image.values() for c in caps]
-        lines = self._java(texts) if self.jar else [" ".join(tokenize(t)) for t in texts]
+        lines = self._java(texts) if self.jar else ptb_lines(texts)
         out: dict[K, list[str]] = {k: [] for k in captions_for_image}
         for key, line in zip(keys, lines):
-            out[key].append(line)
+            out[key].append(" ".join(finish_line(line)))
         return out
 
     def _java(self, texts: list[str]) -> list[str]:
-        """Run the Stanford tokenizer on all captions at once (one line per caption)."""
+        """The jar's output lines for all captions at once (one line per caption; line breaks read as spaces)."""
+        if not texts:
+            return []
         cmd = ["java", "-cp", str(self.jar), "edu.stanford.nlp.process.PTBTokenizer",
                "-preserveLines", "-lowerCase", "-encoding", "utf-8"]
-        text = "".join(t.replace("\n", " ").replace("\r", " ") + "\n" for t in texts)
-        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, check=True)
-        lines = proc.stdout.decode("utf-8").split("\n")[: len(texts)]
-        if len(lines) != len(texts):
-            raise RuntimeError(f"Java PTB tokenizer returned {len(lines)} lines for {len(texts)} captions")
-        return [" ".join(w for w in line.split() if w not in PTB_PUNCTUATION) for line in lines]
+        text = "".join(one_line(t) + "\n" for t in texts)
+        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True)
+        if proc.returncode != 0:
+            detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+            raise RuntimeError(f"Java PTB tokenizer failed (exit {proc.returncode}): {detail[0]}")
+        lines = proc.stdout.decode("utf-8").split("\n")
+        if len(lines) != len(texts) + 1 or lines[-1]:  # one line per caption, then the final newline
+            raise RuntimeError(f"Java PTB tokenizer returned {len(lines) - 1} lines for {len(texts)} captions")
+        return lines[:-1]
