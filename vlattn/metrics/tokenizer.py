@@ -17,7 +17,8 @@ pycocoevalcap does (split on ``" "``, COCO punctuation removed).
 from __future__ import annotations
 
 import subprocess
-from typing import Hashable, Mapping, Sequence, TypeVar
+import unicodedata
+from typing import Any, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 from vlattn.data.text import finish_line, one_line, ptb_lines
 from vlattn.metrics._java import find_jar
@@ -25,6 +26,23 @@ from vlattn.metrics._java import find_jar
 K = TypeVar("K", bound=Hashable)
 BACKENDS = ("auto", "python", "java")
 _JAR = ("tokenizer", "stanford-corenlp-3.4.1.jar")
+
+
+# Where the Python backend can differ from the jar (docs/tokenization.md), as reports state it.
+PYTHON_DIFFERENCES = (
+    "equal to the jar token for token except: a Greek capital sigma lower-cased at the end of a word (σ/ς), "
+    "and letters/digits assigned after Unicode 14.0 when Python's tables are newer (docs/tokenization.md)"
+)
+_TESTED_UNICODE = (14, 0, 0)
+
+
+def python_may_differ(text: str) -> bool:
+    """Whether the Python backend can tokenise ``text`` differently from the jar (see :data:`PYTHON_DIFFERENCES`)."""
+    if "\u03a3" in text:
+        return True
+    if tuple(int(part) for part in unicodedata.unidata_version.split(".")) <= _TESTED_UNICODE:
+        return False
+    return any(0x7F < ord(ch) <= 0xFFFF and unicodedata.category(ch)[0] in "LMN" for ch in text)
 
 
 def java_tokenizer_jar() -> tuple[str | None, str]:
@@ -57,6 +75,14 @@ class PTBTokenizer:
         for key, line in zip(keys, lines):
             out[key].append(" ".join(finish_line(line)))
         return out
+
+    def describe(self, texts: Iterable[str]) -> dict[str, Any]:
+        """What reports record about the tokenisation of ``texts``: the backend and, for Python, how many
+        captions hold text on which it can differ from the jar."""
+        if self.backend == "java":
+            return {"backend": "java", "jar": _JAR[-1]}
+        return {"backend": "python", "differences": PYTHON_DIFFERENCES,
+                "captions_that_may_differ": sum(python_may_differ(text) for text in texts)}
 
     def _java(self, texts: list[str]) -> list[str]:
         """The jar's output lines for all captions at once (one line per caption; line breaks read as spaces)."""
