@@ -155,16 +155,29 @@ def convert_store(
     """Copy every image of ``src`` (a store or a path for :func:`open_store`) into a new ``format`` store.
 
     Streams one image at a time (a TSV in one sequential pass, without an index); the destination
-    appears only when complete; ``progress`` shows a bar on stderr. Returns the image count.
+    appears only when complete; ``progress`` shows a bar on stderr. The destination must not be the source,
+    nor contain it or lie inside it; with ``overwrite`` it replaces only a store vlattn wrote (see
+    :mod:`vlattn.data.features.storage`). Returns the image count.
     """
     if format not in FORMATS:
         raise DataError(f"unknown feature format {format!r}; valid formats: {', '.join(FORMATS)}", path=dst)
     store = open_store(src, dim=dim) if isinstance(src, (str, Path)) else src
-    if Path(store.path).resolve() == Path(dst).resolve():
-        raise DataError("source and destination are the same path", path=dst)
+    check_apart(Path(store.path), Path(dst))
     by_bytes = isinstance(store, TSVStore)  # streamed in file order, progress in bytes, no index needed
     total = store.total_bytes() if by_bytes else len(store)
     with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
               unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
         items = store.stream(bar.update) if by_bytes else _counted(iter_regions(store), bar)
         return FORMATS[format](dst, items, overwrite=overwrite)
+
+
+def check_apart(source: Path, dest: Path) -> None:
+    """Refuse a destination that is the source, contains it or lies inside it (replacing it would delete the
+    source, or the new store would be written into the old one)."""
+    source, dest = source.resolve(), dest.resolve()
+    if source == dest:
+        raise DataError("source and destination are the same path", path=dest)
+    if source.is_relative_to(dest):
+        raise DataError(f"destination contains the source store {source}", path=dest)
+    if dest.is_relative_to(source):
+        raise DataError(f"destination lies inside the source store {source}", path=dest)

@@ -18,11 +18,12 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
-from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination
+from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination, refuse_overwrite
 from vlattn.errors import DataError
-from vlattn.io import atomic_path
+from vlattn.io import atomic_path, remove_stale_temporaries
 
 _FEATURES_KEY = re.compile(r"^(\d+)_features$")
+MARKER_ATTRIBUTE, KIND = "vlattn", "m2-hdf5"  # root attribute of files written by write_m2_hdf5
 
 
 class M2HDF5Store(IndexedStore):
@@ -98,17 +99,34 @@ class M2HDF5Store(IndexedStore):
         return None if probs is None else np.asarray(probs, dtype=np.float32)
 
 
+def _check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` is an HDF5 feature file written by :func:`write_m2_hdf5` (marked by an attribute)."""
+    what = "an HDF5 feature file"
+    if path.is_symlink() or not path.is_file():
+        raise refuse_overwrite(path, "it is a symbolic link" if path.is_symlink() else "it is a directory", what)
+    try:
+        with h5py.File(path, "r") as handle:
+            kind = handle.attrs.get(MARKER_ATTRIBUTE)
+    except OSError:
+        kind = None
+    if kind != KIND:
+        raise refuse_overwrite(path, f"it has no {MARKER_ATTRIBUTE}={KIND} attribute", what)
+
+
 def write_m2_hdf5(
     path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False
 ) -> int:
     """Write ``(image_id, regions)`` pairs as one M2 HDF5 file, atomically; returns the number of images.
 
     Items are streamed (one image in memory at a time). Image size goes to ``width``/``height``
-    attributes of ``<id>_features``.
+    attributes of ``<id>_features``; the root attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the
+    only kind of existing file ``overwrite`` replaces.
     """
-    path = check_destination(path, overwrite)
+    path = check_destination(path, overwrite, _check_replaceable)
+    remove_stale_temporaries(path)
     count = 0
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+        handle.attrs[MARKER_ATTRIBUTE] = KIND
         for image_id, regions in items:
             dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
             dataset.attrs["width"] = regions.width
