@@ -297,7 +297,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
+        try:
             data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
         except (yaml.YAMLError, json.JSONDecodeError) as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from None

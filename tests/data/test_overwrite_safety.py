@@ -12,23 +12,11 @@ import h5py
 import numpy as np
 import pytest
 
-from vlattn.cli import main
 from vlattn.data.features import MemmapStore, RegionFeatures, write_m2_hdf5, write_memmap
 from vlattn.data.features.storage import MARKER
 from vlattn.data.synth import generate
 
 TINY = {"images": 12, "feature_dim": 8, "extractor_epochs": 1, "val_size": 2, "test_size": 2}
-
-
-def run(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
-    """``vlattn ARGS`` in this process: (exit status, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["vlattn", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    return code, capsys.readouterr().err
 
 
 def regions(seed: int, count: int = 3) -> list[tuple[int, RegionFeatures]]:
@@ -61,82 +49,82 @@ def convert(source: Path, dest: Path, fmt: str = "npz-dir") -> list[str]:
     return ["data", "convert", "--from", str(source), "--to", str(dest), "--format", fmt, "--overwrite"]
 
 
-def test_convert_refuses_a_users_directory(tmp_path: Path, source: Path, capsys, monkeypatch) -> None:
+def test_convert_refuses_a_users_directory(tmp_path: Path, source: Path, vlattn_cli) -> None:
     files = user_dir(tmp_path / "mine")
-    code, err = run(capsys, monkeypatch, *convert(source, tmp_path / "mine"))
+    code, _, err = vlattn_cli(*convert(source, tmp_path / "mine"))
     assert code == 2 and err.count("\n") == 1 and "refusing to overwrite" in err and "mine" in err
     assert intact(tmp_path / "mine", files)
 
 
-def test_convert_refuses_a_parent_of_the_source(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_convert_refuses_a_parent_of_the_source(tmp_path: Path, vlattn_cli) -> None:
     files = user_dir(tmp_path / "project")
     write_memmap(tmp_path / "project" / "feats", regions(0))
-    code, err = run(capsys, monkeypatch, *convert(tmp_path / "project" / "feats", tmp_path / "project", "memmap"))
+    code, _, err = vlattn_cli(*convert(tmp_path / "project" / "feats", tmp_path / "project", "memmap"))
     assert code == 2 and "contains the source" in err and err.count("\n") == 1
     assert intact(tmp_path / "project", files) and len(MemmapStore(tmp_path / "project" / "feats")) == 3
 
 
-def test_convert_refuses_a_destination_inside_the_source(tmp_path: Path, source: Path, capsys, monkeypatch) -> None:
+def test_convert_refuses_a_destination_inside_the_source(tmp_path: Path, source: Path, vlattn_cli) -> None:
     before = sorted(p.name for p in source.iterdir())
-    code, err = run(capsys, monkeypatch, *convert(source, source / "copy"))
+    code, _, err = vlattn_cli(*convert(source, source / "copy"))
     assert code == 2 and "inside the source" in err
     assert sorted(p.name for p in source.iterdir()) == before
 
 
 def test_convert_replaces_its_own_store_and_refuses_one_with_foreign_files(
-    tmp_path: Path, source: Path, capsys, monkeypatch
+    tmp_path: Path, source: Path, vlattn_cli
 ) -> None:
     dest = tmp_path / "old"
     write_memmap(dest, regions(1, count=5))
-    assert run(capsys, monkeypatch, *convert(source, dest, "memmap"))[0] == 0
+    assert vlattn_cli(*convert(source, dest, "memmap"))[0] == 0
     assert len(MemmapStore(dest)) == 3 and (dest / MARKER).is_file()
     (dest / "results.txt").write_text("my numbers")
-    code, err = run(capsys, monkeypatch, *convert(source, dest, "npz-dir"))
+    code, _, err = vlattn_cli(*convert(source, dest, "npz-dir"))
     assert code == 2 and "did not write: results.txt" in err
     assert (dest / "results.txt").read_text() == "my numbers" and len(MemmapStore(dest)) == 3
 
 
-def test_convert_refuses_a_synthetic_set_and_a_forged_marker(tmp_path: Path, source: Path, capsys, monkeypatch) -> None:
+def test_convert_refuses_a_synthetic_set_and_a_forged_marker(tmp_path: Path, source: Path, vlattn_cli) -> None:
     synth = generate(tmp_path / "synth", **TINY)
-    code, err = run(capsys, monkeypatch, *convert(source, synth))
+    code, _, err = vlattn_cli(*convert(source, synth))
     assert code == 2 and "synthetic-set, not a feature store" in err and (synth / "dataset.json").is_file()
     files = user_dir(tmp_path / "forged")
     (tmp_path / "forged" / MARKER).write_text('{"kind": "memmap"}')
-    assert run(capsys, monkeypatch, *convert(source, tmp_path / "forged"))[0] == 2
+    assert vlattn_cli(*convert(source, tmp_path / "forged"))[0] == 2
     assert intact(tmp_path / "forged", files)
 
 
-def test_convert_to_hdf5_replaces_only_its_own_file(tmp_path: Path, source: Path, capsys, monkeypatch) -> None:
+def test_convert_to_hdf5_replaces_only_its_own_file(tmp_path: Path, source: Path, vlattn_cli) -> None:
     theirs = tmp_path / "coco_detections.hdf5"
     with h5py.File(theirs, "w") as handle:
         handle.create_dataset("1_features", data=np.ones((2, 4), dtype=np.float32))
     before = theirs.read_bytes()
-    code, err = run(capsys, monkeypatch, *convert(source, theirs, "m2-hdf5"))
+    code, _, err = vlattn_cli(*convert(source, theirs, "m2-hdf5"))
     assert code == 2 and "refusing to overwrite" in err and theirs.read_bytes() == before
     ours = tmp_path / "ours.h5"
     write_m2_hdf5(ours, regions(1, count=5))
-    assert run(capsys, monkeypatch, *convert(source, ours, "m2-hdf5"))[0] == 0
+    assert vlattn_cli(*convert(source, ours, "m2-hdf5"))[0] == 0
     with h5py.File(ours, "r") as handle:
         assert sum(key.endswith("_features") for key in handle) == 3
 
 
-def test_convert_refuses_a_symbolic_link(tmp_path: Path, source: Path, capsys, monkeypatch) -> None:
+def test_convert_refuses_a_symbolic_link(tmp_path: Path, source: Path, vlattn_cli) -> None:
     files = user_dir(tmp_path / "target")
     (tmp_path / "link").symlink_to(tmp_path / "target")
-    code, err = run(capsys, monkeypatch, *convert(source, tmp_path / "link"))
+    code, _, err = vlattn_cli(*convert(source, tmp_path / "link"))
     assert code == 2 and "symbolic link" in err and intact(tmp_path / "target", files)
 
 
-def test_synth_refuses_a_users_directory_and_replaces_its_own(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_synth_refuses_a_users_directory_and_replaces_its_own(tmp_path: Path, vlattn_cli) -> None:
     files = user_dir(tmp_path / "home")
     args = ["data", "synth", "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8", "--epochs", "1",
             "--overwrite", "--out"]
-    code, err = run(capsys, monkeypatch, *args, str(tmp_path / "home"))
+    code, _, err = vlattn_cli(*args, str(tmp_path / "home"))
     assert code == 2 and "refusing to overwrite" in err and "synthetic data set" in err
     assert intact(tmp_path / "home", files)
     out = generate(tmp_path / "synth", seed=5, **TINY)
     before = (out / "scenes.json").read_bytes()
-    assert run(capsys, monkeypatch, *args, str(out))[0] == 0
+    assert vlattn_cli(*args, str(out))[0] == 0
     assert (out / "scenes.json").read_bytes() != before
 
 
