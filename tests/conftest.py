@@ -1,19 +1,30 @@
 """Suite-wide settings: one torch thread (tiny models gain nothing from more, and several OpenMP threads
-on a busy 2-core machine spin against each other), and the size of the `slow` end-to-end checks."""
+on a busy 2-core machine spin against each other), the size of the `slow` checks (tests/slow.py:
+reduced by default, VLATTN_SLOW_SCALE=1 for full size, 0 to skip them) and an in-process CLI runner."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Callable
 
 import pytest
 import torch
 
+from tests.slow import SLOW_SCALE
+
 torch.set_num_threads(1)
 
-# `make test` runs the `slow` checks at a reduced size; set VLATTN_SLOW_SCALE=1 for the full size.
-SLOW_SCALE = float(os.environ.get("VLATTN_SLOW_SCALE", "0.25"))
+
+def pytest_report_header() -> str:
+    return f"slow checks at VLATTN_SLOW_SCALE={SLOW_SCALE:g}" + (" (skipped)" if SLOW_SCALE == 0 else "")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if SLOW_SCALE == 0:
+        skip = pytest.mark.skip(reason="VLATTN_SLOW_SCALE=0")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from metrics.corpora import CAPTIONS, random_strings, tokenizer_corpus
+from tests.slow import scaled
 from vlattn.data.text import LINE_BREAKS
 from vlattn.metrics import tokenizer as tokenizer_module
 from vlattn.metrics.tokenizer import PTBTokenizer, java_tokenizer_jar
@@ -72,24 +73,35 @@ def test_java_line_count_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         PTBTokenizer("java").tokenize({0: ["a dog", "a cat"]})
 
 
-@needs_java
-def test_python_matches_java_on_every_feature_class() -> None:
-    """Token for token, after pycocoevalcap's post-processing, on the broad corpus (dashes, emoji, emoticons,
-    leading apostrophes, units, fractions, '#', '&', periods, URLs, quotes, letters, white space, ...)."""
-    corpus = {name: texts for name, texts in tokenizer_corpus(per_class=60).items() if name != "exotic"}
-    captions = {(name, i): [text] for name, texts in corpus.items() for i, text in enumerate(texts)}
-    java = PTBTokenizer("java").tokenize(captions)
-    python = PTBTokenizer("python").tokenize(captions)
-    differences = {captions[key][0]: (java[key], python[key]) for key in captions if java[key] != python[key]}
-    assert not differences
-    assert len(captions) > 1400
-
-
-@needs_java
-def test_python_matches_java_on_random_strings() -> None:
-    texts = random_strings(seed=1, count=3000) + CAPTIONS
+def assert_backends_agree(texts: list[str]) -> None:
+    """Python and Java give the same scored tokens for every caption of ``texts``."""
     captions = {i: [text] for i, text in enumerate(texts)}
     java = PTBTokenizer("java").tokenize(captions)
     python = PTBTokenizer("python").tokenize(captions)
     assert {texts[i]: (java[i], python[i]) for i in captions if java[i] != python[i]} == {}
+
+
+@needs_java
+@pytest.mark.slow
+def test_python_matches_java_on_every_feature_class() -> None:
+    """Token for token, after pycocoevalcap's post-processing, on the broad corpus (dashes, emoji, emoticons,
+    leading apostrophes, units, fractions, '#', '&', periods, URLs, quotes, letters, white space, ...)."""
+    corpus = tokenizer_corpus(per_class=scaled(150))
+    assert_backends_agree([text for name, texts in corpus.items() if name != "exotic" for text in texts])
+
+
+@needs_java
+@pytest.mark.slow
+def test_python_matches_java_on_random_strings() -> None:
+    assert_backends_agree(random_strings(seed=1, count=scaled(12000)) + CAPTIONS)
+
+
+@needs_java
+@pytest.mark.slow
+def test_python_matches_java_on_bmp_characters() -> None:
+    """Every character of the Basic Multilingual Plane (an evenly spaced subset at reduced size), alone and
+    inside a word: the Unicode classes (letters, digits, marks, symbols, deleted characters) agree."""
+    codes = [c for c in range(1, 0x10000) if not 0xD800 <= c <= 0xDFFF and chr(c) not in LINE_BREAKS]
+    chosen = [chr(c) for c in codes[:: max(1, round(len(codes) / scaled(len(codes))))]]
+    assert_backends_agree(chosen + [f"ab{ch}cd" for ch in chosen])
 
