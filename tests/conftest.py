@@ -5,6 +5,7 @@ reduced by default, VLATTN_SLOW_SCALE=1 for full size, 0 to skip them) and an in
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -44,3 +45,23 @@ def vlattn_cli(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-epoch run (``RUN/..`` holds ``data/`` and ``tiny.yaml``) on the tiny data set of tests/training."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from tests.training.conftest import make_tiny_data, tiny_config
+    from vlattn.cli import app
+    from vlattn.config import config_to_dict
+
+    root = tmp_path_factory.mktemp("tiny-run")
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(make_tiny_data(root / "data")))))
+    result = CliRunner().invoke(app, ["train", "--config", str(config), "--out", str(root / "run"),
+                                      "--set", "train.epochs=1", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    return root / "run"
+

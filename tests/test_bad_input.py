@@ -10,10 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from tests.training.conftest import make_tiny_data, tiny_config
-from vlattn.config import config_to_dict
 from vlattn.data.features import RegionFeatures, write_m2_hdf5
 
 
@@ -21,20 +18,9 @@ def one_line(err: str) -> bool:
     return err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A one-epoch run on the tiny data set (train, val, test splits)."""
-    from typer.testing import CliRunner
-
-    from vlattn.cli import app
-
-    root = tmp_path_factory.mktemp("bad")
-    config = root / "tiny.yaml"
-    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(make_tiny_data(root / "data")))))
-    result = CliRunner().invoke(app, ["train", "--config", str(config), "--out", str(root / "run"),
-                                      "--set", "train.epochs=1", "--device", "cpu"])
-    assert result.exit_code == 0, result.output
-    return root / "run"
+@pytest.fixture
+def run_dir(tiny_run: Path) -> Path:
+    return tiny_run
 
 
 def damaged_hdf5(path: Path, offset: int) -> Path:
@@ -73,6 +59,14 @@ def test_config_that_is_not_utf8(tmp_path: Path, vlattn_cli, content: bytes) -> 
     (tmp_path / "latin1.yaml").write_bytes(content)
     code, _, err = vlattn_cli("profile", "--config", str(tmp_path / "latin1.yaml"))
     assert code == 2 and one_line(err) and "latin1.yaml" in err and "not UTF-8" in err
+
+
+@pytest.mark.parametrize(("name", "content", "where"), [("bad.yaml", "model: [1, 2\n", "YAML at line 2 column 1"),
+                                                       ("bad.json", '{"model": }', "JSON at line 1 column 11")])
+def test_config_syntax_error_is_one_line(tmp_path: Path, vlattn_cli, name: str, content: str, where: str) -> None:
+    (tmp_path / name).write_text(content)
+    code, _, err = vlattn_cli("profile", "--config", str(tmp_path / name))
+    assert code == 2 and one_line(err) and name in err and where in err
 
 
 @pytest.mark.parametrize("beam", ["0", "-3", "100000"])

@@ -120,7 +120,7 @@ def main() -> None:
     try:
         app()
     except VlattnError as err:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {' '.join(str(err).splitlines())}", err=True)  # one line, whatever the message
         sys.exit(2)
 
 

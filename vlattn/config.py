@@ -289,6 +289,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def _yaml_where(err: yaml.YAMLError) -> str:
+    """`` at line L column C: problem`` of a YAML error, on one line."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{where}: {' '.join(str(problem).split())}"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML (or JSON) config file, apply overrides, validate."""
     data: dict[str, Any] = {}
@@ -304,8 +312,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
         try:
             data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
-        except (yaml.YAMLError, json.JSONDecodeError) as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML{_yaml_where(err)}") from None
     apply_overrides(data, overrides or [])
     try:
         return config_from_dict(data)

@@ -92,8 +92,8 @@ def check_boxes(boxes: np.ndarray, width: int, height: int, *, path: object, ima
     inverted = np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))
     if inverted.size:
         k = int(inverted[0])
-        raise DataError(f"box {k} {_box(boxes[k])} is inverted (x2 < x1 or y2 < y1; {inverted.size} such boxes); "
-                        "boxes must be x1, y1, x2, y2", path=path, item=image_id)
+        raise DataError(f"box {k} {_box(boxes[k])} is inverted: x2 < x1 or y2 < y1 ({inverted.size} of {len(boxes)} "
+                        "boxes); boxes must be x1, y1, x2, y2", path=path, item=image_id)
     size = np.array([width, height], dtype=np.float32)
     outside = np.maximum(np.maximum(-boxes[:, :2], 0), np.maximum(boxes[:, 2:] - size, 0)).max(axis=1)  # (N,) px
     worst = float(outside.max())
