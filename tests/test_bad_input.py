@@ -15,7 +15,9 @@ from vlattn.data.features import RegionFeatures, write_m2_hdf5
 
 
 def one_line(err: str) -> bool:
-    return err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    """The error is one line (after any progress-bar output), no traceback."""
+    last = err.rstrip("\n").split("\n")[-1].split("\r")[-1]
+    return last.startswith("error: ") and err.endswith("\n") and "Traceback" not in err and last in err.split("\n")
 
 
 @pytest.fixture

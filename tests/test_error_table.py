@@ -20,6 +20,7 @@ from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, writ
 from vlattn.data.synth import generate
 from vlattn.metrics import evaluate_captions
 from vlattn.metrics.tokenizer import PTBTokenizer
+from tests.test_bad_input import one_line
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 Case = Callable[["Workspace"], list[str]]
@@ -175,7 +176,7 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "duplicate image id": lambda ws: evaluate(ws, "--data", str(ws.karpathy("kp", [sentence(1, "test", "a")] * 2))),
     "store not found": lambda ws: convert(ws.path("nostore"), ws.path("o")),
     "directory without a store": lambda ws: convert(empty_dir(ws, "empty"), ws.path("o")),
-    "not an HDF5 file": lambda ws: convert(written(ws, "plain.h5", "text"), ws.path("o")),
+    "not a store file": lambda ws: convert(written(ws, "plain.h5", "text"), ws.path("o")),
     "HDF5 with damaged internals": lambda ws: convert(damaged_hdf5(ws), ws.path("o")),
     "dataset that is an HDF5 group": lambda ws: convert(hdf5(ws, "group.h5", {
         "2_features": np.ones((1, 4), F32), "2_boxes": np.zeros((1, 4), F32)}, groups=("3_features",)), ws.path("o")),
@@ -238,7 +239,7 @@ def test_documented_message(name: str, tiny_run: Path, tmp_path: Path, vlattn_cl
         code, _, output = vlattn_cli(*case)
         assert code == 2, output
         if "usage message" not in column:
-            assert output.startswith("error: ") and output.count("\n") == 1, output
+            assert one_line(output), output
     output = output.replace(f"{ws.root}/", "").replace(f"{ws.run.parent}/", "")  # the table's short paths
     pieces = [p.strip(" ,;()") for p in message.split("...")]
     missing = [p for p in pieces if p and p not in output]

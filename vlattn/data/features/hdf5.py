@@ -129,6 +129,11 @@ def _check_replaceable(path: Path) -> None:
         raise refuse_overwrite(path, f"it has no {MARKER_ATTRIBUTE}={KIND} attribute", what)
 
 
+def check_m2_destination(path: str | Path, overwrite: bool) -> Path:
+    """:func:`~vlattn.data.features.storage.check_destination` for an M2 HDF5 file (replaces only vlattn's own)."""
+    return check_destination(path, overwrite, _check_replaceable)
+
+
 def write_m2_hdf5(
     path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False
 ) -> int:
@@ -138,7 +143,7 @@ def write_m2_hdf5(
     attributes of ``<id>_features``; the root attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the
     only kind of existing file ``overwrite`` replaces.
     """
-    path = check_destination(path, overwrite, _check_replaceable)
+    path = check_m2_destination(path, overwrite)
     remove_stale_temporaries(path)
     count = 0
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:

@@ -82,6 +82,11 @@ def check_destination(
     return path
 
 
+def check_store_destination(path: str | Path, overwrite: bool) -> Path:
+    """:func:`check_destination` for a directory feature store (replaces only one vlattn wrote)."""
+    return check_destination(path, overwrite, lambda p: check_replaceable(p, FEATURE_STORE_KINDS, "a feature store"))
+
+
 @contextlib.contextmanager
 def atomic_dir(
     path: str | Path,
