@@ -16,7 +16,9 @@ import argparse
 import importlib.util
 import subprocess
 import sys
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -63,6 +65,17 @@ def agreement(texts: Sequence[str], java: list[str], ours: list[str], *, raw: bo
     return same, diffs
 
 
+def speed(texts: Sequence[str], variants: dict[str, Lines], repeats: int = 3) -> dict[str, float]:
+    """CPU microseconds per caption of each variant, runs interleaved (A B A B ...), medians."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, lines in variants.items():
+            start = time.process_time()
+            lines(texts)
+            times[name].append((time.process_time() - start) / len(texts) * 1e6)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random", type=int, default=20000, help="random strings (seeded)")
@@ -93,6 +106,13 @@ def main() -> None:
         if name in corpus and name != "exotic":
             totals = [totals[0] + len(texts), totals[1] + raw, totals[2] + scored]
         notes += [f"- {name}: {d}" for d in (diffs or raw_diffs)]
+    timing = []
+    if old:
+        captions = [text for name, texts in corpus.items() for text in texts]
+        cost = speed(captions, {"python": ptb_lines, "before": old})
+        timing = ["", f"Speed of the Python backend on the corpus captions (CPU time, one process, interleaved x3, "
+                      f"medians): {cost['python']:.0f} us per caption, {cost['python'] / cost['before']:.1f}x the "
+                      f"tokenizer before ({cost['before']:.0f} us); the Java backend adds a JVM start per call."]
     body = "\n".join([
         "Python re-implementation of the PTB lexer (`vlattn/data/ptb.py`) against `stanford-corenlp-3.4.1.jar`"
         f" (Java {subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.split()[2]}), "
@@ -105,6 +125,7 @@ def main() -> None:
         "",
         "Differences (first five per set):" if notes else "No differences outside `exotic`.",
         *notes,
+        *timing,
     ])
     publish(HEADING, body, args)
 
