@@ -174,12 +174,12 @@ def _nbsp(text: str) -> list[str]:
     return [text.replace(" ", _NBSP)]
 
 
-def _phone(text: str) -> list[str]:
-    return [text.replace(" ", _NBSP).replace("(", "-LRB-").replace(")", "-RRB-")]
-
-
 def _parens(text: str) -> list[str]:
     return [text.replace("(", "-LRB-").replace(")", "-RRB-")]
+
+
+def _phone(text: str) -> list[str]:
+    return _parens(text.replace(" ", _NBSP))
 
 
 _FRACTIONS = {"\u00bc": "1/4", "\u00bd": "1/2", "\u00be": "3/4", "\u2153": "1/3", "\u2154": "2/3"}
