@@ -34,7 +34,7 @@ from vlattn.config import Config, DataConfig
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
-from vlattn.data.karpathy import ImageEntry, load_karpathy
+from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import beam_search, greedy_decode
@@ -296,6 +296,17 @@ def _decode(
     )
 
 
+def check_beam_size(beam_size: int | None, cfg: Config, vocab: Vocabulary) -> int:
+    """``beam_size`` (default: ``eval.beam_size`` of ``cfg``), between 1 and the vocabulary size."""
+    beam = beam_size if beam_size is not None else cfg.eval.beam_size
+    name = "--beam-size" if beam_size is not None else "eval.beam_size of the checkpoint's config"
+    if beam < 1:
+        raise ConfigError(f"{name} must be at least 1 (1 = greedy), got {beam}")
+    if beam > len(vocab):
+        raise ConfigError(f"{name} is {beam}, more than the {len(vocab)} words of the vocabulary")
+    return beam
+
+
 def caption(
     checkpoint_path: str | Path,
     features: str | Path,
@@ -310,6 +321,7 @@ def caption(
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
+    beam = check_beam_size(beam_size, cfg, vocab)
     store = open_store(features)
     wanted = ids if ids is not None else store.ids()
     missing = [i for i in wanted if i not in store]
@@ -318,7 +330,6 @@ def caption(
     dev = pick_device(device)
     model = _load_model(checkpoint, vocab, store.dim, dev)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
-    beam = beam_size if beam_size is not None else cfg.eval.beam_size
     predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
 
@@ -340,14 +351,15 @@ class Captioning:
         split = request.split or "test"
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
-        dev = pick_device(request.device)
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         vocab = checkpoint.vocabulary("words", Vocabulary.load)
+        beam = check_beam_size(request.beam_size, cfg, vocab)
+        dev = pick_device(request.device)
         data = load_caption_data(cfg.data, vocab)
-        if split not in data.entries:
-            raise DataError(f"unknown split {split!r}; valid: {', '.join(data.entries)}")
+        require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
         model = _load_model(checkpoint, vocab, data.store.dim, dev)
         dataset = data.eval_set(split)
-        beam = request.beam_size if request.beam_size is not None else cfg.eval.beam_size
         predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
         scores = score_predictions(predictions, references_of(dataset), collapse_repeats=cfg.eval.collapse_repeats)
         out = output_dir(checkpoint)
@@ -355,6 +367,7 @@ class Captioning:
         report = {
             "split": split,
             "checkpoint": str(checkpoint.path),
+            "data_root": str(Path(cfg.data.root).resolve()),
             "images": len(predictions),
             "beam_size": beam,
             "max_len": cfg.eval.max_len,
@@ -372,6 +385,10 @@ class Captioning:
             lines.append(f"  {name:<8} {value:.4f}")
         for name, reason in report.get("unavailable", {}).items():
             lines.append(f"  {name:<8} not computed: {reason}")
+        tokenizer = report.get("tokenizer", {})
+        if tokenizer.get("backend") == "python":
+            lines.append(f"  tokenizer: Python PTB ({tokenizer['differences']}); "
+                         f"{tokenizer['captions_that_may_differ']} captions hold such text")
         return "\n".join(lines)
 
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
