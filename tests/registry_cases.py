@@ -2,9 +2,10 @@
 mechanism at every site its capabilities allow, with inputs shaped for that site, and tiny models of every
 model kind with each mechanism at each site it allows.
 
-The per-mechanism and per-model batteries (``tests/models/test_attention_registry.py``,
-``tests/models/test_model_registry.py``) are parametrised by :func:`placements` and :func:`model_cases`, so
-a new mechanism or model kind is tested as soon as it is registered.
+The per-mechanism, per-feed-forward and per-model batteries (``tests/models/test_attention_registry.py``,
+``tests/models/test_feed_forward_registry.py``, ``tests/models/test_model_registry.py``) are parametrised by
+:func:`placements`, :func:`feed_forward_names` and :func:`model_cases`, so a new mechanism, feed-forward or
+model kind is tested as soon as it is registered.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 
 from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
 from vlattn.config import ModelConfig, Spec
-from vlattn.layers import BoxGeometry
+from vlattn.layers import FEED_FORWARD, BoxGeometry, build_feed_forward
 from vlattn.models import MODELS, build_captioner
 
 D, H = 16, 4  # attention width and heads of the mechanism battery
@@ -42,6 +43,17 @@ def placements() -> list[tuple[str, Site]]:
         for site in Site
         if site in cls.capabilities.sites and (site is not Site.DECODER_SELF or cls.capabilities.cacheable)
     ]
+
+
+def feed_forward_names() -> list[str]:
+    """Every registered feed-forward."""
+    return sorted(FEED_FORWARD)
+
+
+def build_feed_forward_case(name: str, *, dropout: float = 0.0, seed: int = 0) -> nn.Module:
+    """The feed-forward ``name`` with its default options at d = :data:`D`, d_ff = 2 D, in eval mode."""
+    torch.manual_seed(seed)
+    return build_feed_forward(name, D, 2 * D, dropout).eval()
 
 
 def placement_id(case: tuple[str, Site]) -> str:
@@ -175,13 +187,14 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
 
 
 def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults, and the Transformer with every mechanism at every captioner site
-    that mechanism allows."""
+    """Every captioning model kind with its defaults, the Transformer with every mechanism at every captioner site
+    that mechanism allows, and the Transformer with every feed-forward."""
     cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":
                 cases.append(ModelCase("transformer", {site_key: name}))
+    cases += [ModelCase("transformer", {"feed_forward": name}) for name in feed_forward_names() if name != "plain"]
     return cases
 
 

@@ -99,12 +99,13 @@ def profile(
     overrides: Optional[List[str]] = SET,
     vocab_size: int = typer.Option(10201, help="Vocabulary size."),
     batch: int = typer.Option(10, help="Batch size for FLOPs/latency."),
-    regions: int = typer.Option(50, help="Regions per image."),
-    length: int = typer.Option(20, help="Caption length (training step) / decoding steps."),
+    regions: int = typer.Option(50, help="Regions per image (encoder length)."),
+    length: int = typer.Option(20, help="Caption length (training step, backbone MAdds) / decoding steps."),
     repeats: int = typer.Option(5, help="Latency measurements (median reported)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Parameters (total and per module), FLOPs of a training and a decoding step, and latency."""
+    """Parameters (total, per module, backbone), FLOPs of a training and a decoding step, backbone
+    multiply-adds per sample (the LW-Transformer paper's MAdds), and latency."""
     from vlattn.config import load_config
     from vlattn.models.profile import format_profile
     from vlattn.tasks import ProfileShapes, task_of

@@ -108,6 +108,7 @@ class TrainConfig:
     adam_betas: list[float] = bounded(factory=lambda: [0.9, 0.98], ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     schedule: Spec = spec("noam", warmup=10000, scale=1.0)
+    lr_scaling: Literal["none", "sqrt_groups"] = "none"  # sqrt_groups: XE rate x sqrt(k) (LW-Transformer IV-C)
     val_decoding: Literal["greedy", "beam"] = "greedy"
     val_max_images: int = bounded(0, ge=0)
     max_steps: int = bounded(0, ge=0)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities
 from vlattn.attention.cache import KVCache
+from vlattn.layers.grouped import xavier_
 
 
 def attention_logits_mask(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
@@ -57,22 +58,22 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if dims.d_model % dims.num_heads:
             raise ValueError(f"d_model {dims.d_model} is not divisible by num_heads {dims.num_heads}")
-        d_model = dims.d_model
         self.num_heads = dims.num_heads
-        self.d_head = d_model // dims.num_heads
-        self.out_dim = d_model
+        self.d_head = dims.d_model // dims.num_heads  # per-head width of the values
+        self.out_dim = dims.d_model
         self.dropout = dims.dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = self.projections(dims.d_model, options)
         for linear in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
+            xavier_(linear)
+
+    def projections(self, d_model: int, options: object) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+        """The query, key, value and output projections (modules with ``weight`` and ``bias``): dense
+        d -> d here; subclasses with options of their own (grouping) override it."""
+        return nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, N, D) -> (B, H, N, d_k)."""
-        return x.unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+        """(B, N, H * d) -> (B, H, N, d) (queries/keys and values may have different head widths d)."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """(B, H, N, d_k) -> (B, N, D)."""

@@ -63,10 +63,11 @@ def build_captioner(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> nn.Mo
     return model_kind(cfg.kind, "captioning").build(cfg, vocab_size, pad_id)
 
 
-def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> None:
-    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights."""
+def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device (its structure, no data)."""
     with torch.device("meta"):
-        build_captioner(cfg, vocab_size)
+        return build_captioner(cfg, vocab_size)
 
 
 __all__ = [

@@ -4,6 +4,15 @@ cached decoding step (``torch.utils.flop_counter.FlopCounterMode``), and measure
 Inputs are random tensors of the given shapes: ``batch`` images of ``regions`` x ``feature_dim`` features,
 captions of ``length`` tokens over a vocabulary of ``vocab`` ids. The model must implement
 ``forward(inputs, tokens)`` and ``encode``/``step``.
+
+The *backbone* is what the LW-Transformer paper counts (Table II, "#Params", "MAdds"): the encoder and
+decoder layers, without embeddings, input projection and output layer. Models that have one list its layers
+in ``backbone_layers()``; :func:`backbone_parameters` counts them and :func:`backbone_madds` measures their
+multiply-adds in one teacher-forced forward pass of one sample.
+
+torch's counter has no formula for the fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``
+and its backward), so every count here adds the two attention products of SDPA (Q K^T and A V) through
+:data:`SDPA_CPU_FLOPS`.
 """
 
 from __future__ import annotations
@@ -15,7 +24,24 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+
+def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    """FLOPs of softmax(Q K^T) V: 2 B H Nq Nk (d_qk + d_v)."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    """FLOPs of the gradients of softmax(Q K^T) V with respect to Q, K and V."""
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# formulas torch's FlopCounterMode lacks (shape arguments in the op's order)
+SDPA_CPU_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flops,
+}
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -28,6 +54,27 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 def trainable(module: nn.Module) -> int:
     """Number of trainable parameters of ``module`` (shared parameters counted once)."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def backbone_parameters(model: nn.Module) -> int | None:
+    """Trainable parameters of the model's ``backbone_layers()`` (None for models without a layer backbone)."""
+    if not hasattr(model, "backbone_layers"):
+        return None
+    return trainable(nn.ModuleList(model.backbone_layers()))
+
+
+def backbone_madds(model: nn.Module, regions: int, length: int, feature_dim: int, vocab: int) -> int | None:
+    """Multiply-adds (FLOPs / 2) of the backbone layers in one teacher-forced forward pass of one sample: the
+    encoder over ``regions`` regions, the decoder over ``length`` tokens (None without a layer backbone)."""
+    if not hasattr(model, "backbone_layers"):
+        return None
+    names = {id(module): name for name, module in model.named_modules()}
+    layers = {f"{type(model).__name__}.{names[id(layer)]}" for layer in model.backbone_layers()}
+    inputs = random_batch(1, regions, length, feature_dim, vocab)
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
+        model(inputs, inputs["tokens"][:, :length])
+    counts = counter.get_flop_counts()
+    return sum(sum(counts[name].values()) for name in layers) // 2
 
 
 def random_batch(batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> dict[str, Tensor]:
@@ -70,7 +117,7 @@ def decode_step(model: nn.Module, inputs: dict[str, Tensor]) -> Callable[[], Non
 
 def count_flops(run: Callable[[], None]) -> int:
     """Total FLOPs of ``run()``."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
         run()
     return counter.get_total_flops()
 
@@ -114,10 +161,17 @@ def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dic
 
 def format_profile(report: dict) -> str:
     """Human-readable table of a profile report (``model``, ``shapes``, ``threads``, ``parameters``, ``flops``,
-    ``latency_ms``), as ``vlattn profile`` prints it."""
+    ``latency_ms``, optionally ``backbone``: ``parameters`` and ``madds_per_sample``), as ``vlattn profile``
+    prints it."""
     shapes = ", ".join(f"{k}={v}" for k, v in report["shapes"].items())
     lines = [f"{report['model']} ({shapes}; {report['threads']} threads)", "trainable parameters:"]
     lines += [f"  {name:<12} {count:>14,}" for name, count in report["parameters"].items()]
+    backbone = report.get("backbone") or {}
+    if backbone.get("parameters") is not None:
+        lines.append("backbone (encoder + decoder layers; no embeddings, input projection, output layer):")
+        lines.append(f"  {'parameters':<12} {backbone['parameters']:>14,}")
+        lines.append(f"  {'MAdds':<12} {backbone['madds_per_sample'] / 1e9:>14.3f} G  (forward, one sample: "
+                     f"{report['shapes']['regions']} regions, {report['shapes']['length']} tokens)")
     lines.append("FLOPs:")
     lines += [f"  {name:<12} {count / 1e9:>14.3f} G" for name, count in report["flops"].items()]
     lines.append("latency (median):")

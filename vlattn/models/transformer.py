@@ -81,6 +81,11 @@ class TransformerCaptioner(nn.Module):
         """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
         return reorder_state(state, index)
 
+    def backbone_layers(self) -> list[nn.Module]:
+        """The encoder and decoder layers: what the LW-Transformer paper counts (no embeddings, input
+        projection or output layer)."""
+        return [*self.encoder.layers, *self.decoder.layers]
+
 
 @dataclass
 class Parts:

@@ -42,13 +42,21 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.models import build_captioner, check_model_config
-from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
+from vlattn.models.profile import (
+    backbone_madds,
+    backbone_parameters,
+    count_parameters,
+    flops_decode_step,
+    flops_train_step,
+    latency,
+)
 from vlattn.tasks.base import EvalRequest, ProfileShapes, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
+from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 from vlattn.training.xe import xe_objective
 
@@ -259,6 +267,7 @@ XE: Stage[CaptionData] = Stage(
     collate=collate_train,
     validator=make_validator,
     selection_metric="CIDEr",
+    lr_scaling=True,
 )
 
 SCST: Stage[CaptionData] = dataclasses.replace(
@@ -272,6 +281,7 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     epochs="train.scst_epochs",
     batch_size="train.scst_batch_size",
     needs_init=True,
+    lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
 )
 
 
@@ -341,8 +351,9 @@ class Captioning:
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
 
     def check(self, cfg: Config) -> None:
-        """Build the captioner on the meta device (every model option, site and mechanism is checked)."""
-        check_model_config(cfg.model)
+        """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
+        ``train.lr_scaling`` against it."""
+        lr_scale(cfg.train.lr_scaling, check_model_config(cfg.model))
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Decode ``request.split`` (default ``test``) with beam search, score it, write predictions and metrics
@@ -392,10 +403,16 @@ class Captioning:
         return "\n".join(lines)
 
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
-        """Parameters (total, per top-level module), FLOPs of a training and a decoding step, and latency."""
+        """Parameters (total, per top-level module, backbone), FLOPs of a training and a decoding step, backbone
+        multiply-adds per sample (encoder over ``regions``, decoder over ``length``), and latency."""
+        if shapes.length + 1 > cfg.model.max_positions:
+            raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
+                              f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
         model = build_captioner(cfg.model, shapes.vocab_size)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,
                      feature_dim=cfg.model.feature_dim, vocab=shapes.vocab_size)
+        model.eval()
+        madds = backbone_madds(model, shapes.regions, shapes.length, cfg.model.feature_dim, shapes.vocab_size)
         model.train()
         train_flops = flops_train_step(model, **sizes)
         model.eval()
@@ -406,6 +423,7 @@ class Captioning:
             "shapes": sizes,
             "threads": torch.get_num_threads(),
             "parameters": count_parameters(model),
+            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
             "flops": {"train_step": train_flops, "decode_step": decode_flops},
             "latency_ms": latency(model, repeats=shapes.repeats, **sizes),
         }

@@ -47,7 +47,7 @@ from vlattn.training.distributed import broadcast_parameters, init_distributed, 
 from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
 from vlattn.training.optim import build_optimizer
 from vlattn.training.prepare import PrepareResources, prepare_model
-from vlattn.training.schedules import build_schedule
+from vlattn.training.schedules import Scaled, build_schedule, lr_scale
 
 # sections of a config that a resumed run must keep (``data.num_workers`` may change)
 FIXED_ON_RESUME = ("task", "model", "data")
@@ -81,6 +81,8 @@ class Stage(Generic[D]):
     - ``schedule``, ``epochs``, ``batch_size``: the config keys of the stage's learning-rate schedule
       (a ``Spec``), number of epochs and batch size.
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
+    - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
+      cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
     """
 
     name: str
@@ -96,6 +98,7 @@ class Stage(Generic[D]):
     epochs: str = "train.epochs"
     batch_size: str = "train.batch_size"
     needs_init: bool = False
+    lr_scaling: bool = False
 
 
 def check_resumable(cfg: Config, saved: Config) -> None:
@@ -164,7 +167,8 @@ def run_stage(
     trainer = Trainer(
         model=model,
         optimizer=build_optimizer(model, (float(train.adam_betas[0]), float(train.adam_betas[1])), train.weight_decay),
-        schedule=build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
+        schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
+                        lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
         dataset=stage.train_set(cfg, data),
         collate=stage.collate,
