@@ -283,3 +283,18 @@ def test_backbone_madds_follow_the_complexity_formulas(groups: int, expansion: i
     cross = project(T) + project(N) + project(N, 1) + T * d * d + products(T, N)
     expected = 2 * encoder + 3 * (decoder_self + cross + ffn(T))
     assert backbone_madds(model, N, T, 12, 20) == expected
+
+
+def test_lw_preset_is_table2_lw_1x_with_the_scaled_rate() -> None:
+    from vlattn.config import load_config
+    from vlattn.models import check_model_config
+    from vlattn.training.schedules import build_schedule, lr_scale
+
+    cfg = load_config("configs/lw-transformer.yaml")
+    model = check_model_config(cfg.model, 10201)
+    assert backbone_parameters(model) == 24_067_584
+    for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention"):
+        assert getattr(cfg.model, site).options == {"groups": 2, "expansion": 1, "share_weights": True, "group_merge": False}
+    schedule = build_schedule(cfg.train.schedule, cfg.model.d_model)
+    rate = lr_scale(cfg.train.lr_scaling, model) * schedule.lr_at(0, epoch=3)  # the first epoch after warm-up
+    assert rate == pytest.approx(1e-4 * math.sqrt(2))
