@@ -4,7 +4,8 @@ Sec. 3.2.2; the MHA sub-layer of SAN in NG-SAN Sec. 3.1-3.2):
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V,   heads concatenated and projected by W_O.
 
 The fused path uses ``torch.nn.functional.scaled_dot_product_attention``; ``need_weights=True`` takes an
-explicit path that also returns the attention weights (for visualisation). A query whose keys are all
+explicit path that also returns the attention weights (for visualisation), and so do queries/keys wider than
+the values (G-MHA's expansion), which SDPA's CPU kernel cannot fuse. A query whose keys are all
 masked gets zero weights and a zero attended value on both paths (what SDPA computes on the CPU).
 
 Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` (NSA normalises
@@ -119,9 +120,10 @@ class MultiHeadAttention(nn.Module):
         k, v = project() if source is None else source.fetch(project)  # (B, H, Nk, d_k)
         attn_mask = attention_logits_mask(mask, add_bias(bias, self.logit_bias(query, key, context)))
         dropout = self.dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or q.shape[-1] != v.shape[-1]:
+            # (SDPA's CPU kernel fuses only equal query/value widths; its unfused fallback is ~2x slower than this)
             out, weights = scaled_dot_product_with_weights(q, k, v, attn_mask, dropout)
-            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights)
+            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights if need_weights else None)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)  # (B, H, Nq, d_k)
         return AttentionOutput(self.out_proj(self.merge_heads(out)), None)
 
@@ -136,7 +138,7 @@ def scaled_dot_product_with_weights(
     whose keys are all masked get zero weights (SDPA's CPU result), not NaN.
     """
     logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Nq, Nk)
-    weights = masked_softmax(apply_logits_mask(logits, attn_mask))  # (B, H, Nq, Nk)
+    weights = logits.softmax(-1) if attn_mask is None else masked_softmax(apply_logits_mask(logits, attn_mask))
     return F.dropout(weights, dropout) @ v, weights
 
 

@@ -1,0 +1,171 @@
+"""Transformer vs LW-Transformer 1x / 3x on the synthetic captioning data (issue 12): the same budget (data, epochs,
+batch, seed), test quality, parameters, FLOPs and measured training/decoding speed side by side; written to
+benchmarks/RESULTS.md ("## LW-Transformer on synthetic data").
+
+Runs, one after another (one torch thread each): ``vlattn train`` with configs/demo.yaml, configs/lw-demo.yaml and
+configs/lw-demo.yaml with expansion 3 at the three attention sites, then ``vlattn eval --split test --json`` of
+each best checkpoint. Existing finished runs are reused (delete a run directory to redo it). Speed is measured
+afterwards on the trained models, interleaved: one XE step (forward + cross-entropy + backward + Adam) on a
+real training batch, and beam search (the configs' beam, max length) on a real test batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from bench_m2 import xe_run
+from results import paired_ratio, write_section
+from synth_m2 import METRICS, scores_of, val_cider
+from torch import nn
+
+from vlattn.data.captioning import collate_eval, collate_train
+from vlattn.decoding import beam_search
+from vlattn.models.profile import backbone_parameters, count_flops, count_parameters, time_interleaved, train_step
+from vlattn.pipeline import build_model, load_caption_data
+from vlattn.training.checkpoint import load_checkpoint, load_weights
+
+SITES = ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")
+VARIANTS = {
+    "Transformer": ("configs/demo.yaml", []),
+    "LW-Transformer 1x": ("configs/lw-demo.yaml", []),
+    "LW-Transformer 3x": ("configs/lw-demo.yaml", [f"model.{site}.options.expansion=3" for site in SITES]),
+}
+VLATTN = [sys.executable, "-m", "vlattn.cli", "--threads", "1"]
+
+
+def slug(name: str) -> str:
+    return name.lower().replace(" ", "-").replace("-transformer", "")
+
+
+def shell(command: list[str], stdout: Path | None = None) -> float:
+    """Run ``command`` (output to ``stdout`` if given), raise on failure; wall seconds."""
+    start = time.perf_counter()
+    with open(stdout, "w") if stdout else open("/dev/null", "w") as out:
+        subprocess.run(command, check=True, stdout=out if stdout else None)
+    return time.perf_counter() - start
+
+
+def train_and_eval(name: str, runs: Path, data: Path, overrides: list[str]) -> tuple[Path, float | None]:
+    """The run directory of variant ``name`` (trained and evaluated unless already done) and its training time."""
+    config, extra = VARIANTS[name]
+    run = runs / slug(name)
+    sets = [item for value in [f"data.root={data}", *overrides, *extra] for item in ("--set", value)]
+    seconds = None
+    if not (run / "checkpoints" / "best").is_dir():
+        seconds = shell([*VLATTN, "train", "--config", config, "--out", str(run), *sets])
+    report = run.with_suffix(".eval.json")
+    if not report.is_file():
+        shell([*VLATTN, "eval", "--checkpoint", str(run), "--split", "test", "--json"], stdout=report)
+    return run, seconds
+
+
+def trained_model(run: Path) -> tuple[nn.Module, object]:
+    checkpoint = load_checkpoint(run / "checkpoints" / "best")
+    data = load_caption_data(checkpoint.config.data, checkpoint.vocab)
+    model = build_model(checkpoint.config, checkpoint.vocab, data.store.dim)
+    load_weights(model, checkpoint)
+    return model, (checkpoint, data)
+
+
+def speed(runs: dict[str, Path], repeats: int) -> tuple[dict, dict]:
+    """Interleaved XE-step and beam-search times of the trained models, and their sizes and FLOPs."""
+    sizes, tasks = {}, {}
+    for name, run in runs.items():
+        model, (checkpoint, data) = trained_model(run)
+        cfg = checkpoint.config
+        batch = collate_train([data.train_set(cfg.data)[i] for i in range(cfg.train.batch_size)])
+        images = collate_eval([data.eval_set("test", cfg.data)[i] for i in range(cfg.eval.batch_size)])
+        inputs = {key: batch[key] for key in ("features", "boxes", "region_mask", "tokens")}
+        model.train()
+        sizes[name] = {"params": count_parameters(model)["total"], "backbone": backbone_parameters(model),
+                       "gflops": count_flops(lambda: train_step(model, inputs)) / 1e9}  # noqa: B023
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)
+        vocab = checkpoint.vocab
+
+        def decode(model=model, images=images, cfg=cfg, vocab=vocab) -> None:
+            model.eval()
+            with torch.no_grad():
+                beam_search(model, images, bos=vocab.BOS, eos=vocab.EOS, beam_size=cfg.eval.beam_size,
+                            max_len=cfg.eval.max_len)
+
+        tasks[("XE step", name)] = partial(xe_run, model, optimizer, inputs)
+        tasks[("beam search", name)] = decode
+    return time_interleaved(tasks, repeats), sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("/tmp/lw/synth"), help="synthetic data root (made if absent)")
+    parser.add_argument("--runs", type=Path, default=Path("/tmp/lw/runs"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="overrides all runs use")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved speed rounds")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if not (args.data / "dataset.json").is_file():
+        shell([*VLATTN, "data", "synth", "--out", str(args.data)])
+    runs, seconds = {}, {}
+    for name in VARIANTS:
+        runs[name], seconds[name] = train_and_eval(name, args.runs, args.data, args.overrides)
+    times, sizes = speed(runs, args.repeats)
+    quality, cost = [], []
+    for name, run in runs.items():
+        scores = scores_of(json.loads(run.with_suffix(".eval.json").read_text()))
+        quality.append(f"| {name} | " + " | ".join(f"{scores[m]:.3f}" if m in scores else "n/a" for m in METRICS) + " |")
+        size = sizes[name]
+        cells = [f"{size['params']:,}", f"{size['backbone']:,}", f"{size['gflops']:.2f}"]
+        for task in ("XE step", "beam search"):
+            ours, plain = times[(task, name)], times[(task, "Transformer")]
+            cells.append(f"{statistics.median(ours):.0f} | {paired_ratio(ours, plain):.2f}x")
+        trained = f"{seconds[name]:.0f} s" if seconds[name] else "(reused)"
+        cost.append(f"| {name} | {' | '.join(cells)} | {trained} |")
+    curves = "; ".join(f"{name}: {val_cider(run)}" for name, run in runs.items())
+    sets = " ".join(f"--set {item}" for item in args.overrides)
+    commands = [f"vlattn --threads 1 data synth --out {args.data}"]
+    for name, (config, extra) in VARIANTS.items():
+        run = args.runs / slug(name)
+        extras = " ".join(f"--set {item}" for item in extra)
+        commands.append(f"vlattn --threads 1 train --config {config} --out {run} --set data.root={args.data} {sets} {extras}".strip())
+        commands.append(f"vlattn --threads 1 eval --checkpoint {run} --split test --json > {run}.eval.json")
+    body = f"""Synthetic data at {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
+5 captions each, 512-d region features + box channels). Same budget for the three: configs/demo.yaml's 2+2 layers,
+d=128, 4 heads, FFN 512, 10 XE epochs, batch 50, seed 1234, Noam (scale 0.5, warm-up 400); LW = configs/lw-demo.yaml
+(G-MHA at the three attention sites and G-FFN, k=2, WS, the rate x sqrt(2) as in Sec. IV-C), 3x with Q/K head
+width 3 x 32. Best checkpoint by val CIDEr-D, test split, beam 3. Overrides: `{sets or 'none'}`.
+
+| model | {' | '.join(METRICS)} |
+|---|{'---|' * len(METRICS)}
+{chr(10).join(quality)}
+
+Validation CIDEr-D (greedy) after each epoch: {curves}.
+
+Cost: parameters (all; backbone = encoder + decoder layers), FLOPs of one XE step on a real training batch (50
+captions; forward + backward), and wall time measured side by side after training (`torch.set_num_threads(1)`,
+{args.repeats} interleaved rounds, medians; "vs Transformer" = median of the per-round ratios): one XE step with Adam on
+that batch, beam search (beam 3, max 20 words) over 50 test images. The last column is each training run's wall
+time (sequential runs on a shared machine: indicative only).
+
+| model | parameters | backbone | XE-step GFLOPs | XE step (ms) | vs Transformer | beam search (ms) | vs Transformer | training |
+|---|---|---|---|---|---|---|---|---|
+{chr(10).join(cost)}
+
+Commands (or `.venv/bin/python benchmarks/synth_lw.py --data {args.data} --runs {args.runs}`, which runs them):
+
+```
+{chr(10).join(commands)}
+```"""
+    print(body)
+    if not args.no_write:
+        write_section("LW-Transformer on synthetic data", body)
+
+
+if __name__ == "__main__":
+    main()
