@@ -16,7 +16,8 @@ import torch
 from results import parse_args, publish
 from torch import nn
 
-from vlattn.config import ModelConfig, Spec
+from vlattn.commands import run_profile
+from vlattn.config import ModelConfig, Spec, load_config
 from vlattn.layers import GroupedLinear
 from vlattn.models import build_captioner
 from vlattn.models.profile import backbone_madds, backbone_parameters
@@ -90,10 +91,27 @@ def verdict(row: Row, counts: dict[str, float]) -> str:
     return f"neither: paper - matrices = {row.paper_params - matrices:+.2f}M"
 
 
+PRESETS = {  # the two exact counts through `vlattn profile` (the CLI's code path)
+    "configs/transformer.yaml": ["model.encoder_layers=6", "model.decoder_layers=6", "model.max_positions=128"],
+    "configs/lw-transformer.yaml": ["model.max_positions=128"],
+}
+
+
+def profiled(config: str, overrides: list[str]) -> str:
+    """The backbone lines of ``vlattn profile`` for a preset at the VQA lengths, with the command."""
+    report = run_profile(load_config(config, overrides), vocab_size=10201, batch=1, regions=WORDS, length=REGIONS,
+                         repeats=1)
+    sets = " ".join(f"--set {item}" for item in overrides)
+    backbone = report["backbone"]
+    return (f"- `vlattn profile --config {config} {sets} --regions {WORDS} --length {REGIONS} --batch 1`: backbone "
+            f"parameters {backbone['parameters']:,}, MAdds {backbone['madds_per_sample'] / 1e9:.3f} G")
+
+
 def main() -> None:
     args = parse_args(__doc__, repeats=0)
     torch.set_num_threads(1)
     rows = ROWS[:2] if args.quick else ROWS
+    cli = "\n".join(profiled(config, overrides) for config, overrides in PRESETS.items())
     lines = []
     for row in rows:
         counts = measure(row)
@@ -111,6 +129,8 @@ sample's forward pass through the backbone (linear layers and the two attention 
 additions are not multiply-adds), VQA layout = the paper's (MCAN: {WORDS} question words through the encoder,
 {REGIONS} regions through the decoder with cross-attention to the words); captioning layout = our captioner
 ({REGIONS} regions through the encoder, {WORDS} words through the decoder).
+
+{cli}
 
 | row | paper #Params | ours, all | ours, matrices only | paper figure is | paper MAdds | ours, VQA layout | ours, captioning layout |
 |---|---|---|---|---|---|---|---|
