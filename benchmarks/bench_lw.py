@@ -89,7 +89,10 @@ def layer_table(times: dict, positions: int) -> str:
 OPS = {
     "linear layers (addmm, mm)": ("aten::addmm", "aten::mm"),
     "attention products (SDPA; bmm + softmax when unfused)": (
-        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::bmm", "aten::_softmax"),
+        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten::bmm", "aten::_softmax", "aten::_softmax_backward_data"),
+    "copies and masking (copy_, masked_fill)": ("aten::copy_", "aten::masked_fill_", "aten::masked_fill"),
+    "dropout masks (bernoulli_)": ("aten::bernoulli_",),
     "cache reordering across beams (index_select)": ("aten::index_select",),
     "cache appends (cat)": ("aten::cat",),
 }
@@ -104,6 +107,12 @@ def breakdown(run: Callable[[], None]) -> dict[str, float]:
         group = next((name for name, ops in OPS.items() if event.key in ops), "rest")
         totals[group] += event.self_cpu_time_total / 1000
     return totals
+
+
+def breakdown_table(profiles: dict[str, dict[str, float]]) -> str:
+    """Markdown rows: one per op group, one column per profiled run."""
+    return "\n".join(f"| {group} | " + " | ".join(f"{profile_[group]:.0f}" for profile_ in profiles.values()) + " |"
+                     for group in [*OPS, "rest"])
 
 
 def main() -> None:
@@ -132,9 +141,7 @@ def main() -> None:
             ours, plain = model_times[(task, name)], model_times[(task, "Transformer")]
             cells.append(f"{statistics.median(ours):.0f} | {paired_ratio(ours, plain):.2f}x")
         rows.append(f"| {name} | {' | '.join(cells)} |")
-    profiles = {name: breakdown(runs[("beam search", name)]) for name in models}
-    parts = "\n".join(f"| {group} | " + " | ".join(f"{profiles[name][group]:.0f}" for name in models) + " |"
-                      for group in [*OPS, "rest"])
+    parts = breakdown_table({name: breakdown(runs[("beam search", name)]) for name in models})
     body = f"""Layers: d={D}, {HEADS} heads, FFN {D_FF}, k={K}; `torch.set_num_threads(1)`, {args.repeats} interleaved rounds of
 all fourteen runs, medians; "vs plain" is the median of the per-round ratios to MHA / FFN. The group-wise
 projections are one GEMM over (position, group) rows with shared weights, one batched GEMM (`baddbmm`) over
