@@ -4,7 +4,7 @@ whole 6+6-layer captioner (Transformer vs LW-Transformer 1x / 3x); written to be
 
 Layers: d=512, 8 heads, FFN 2048, k=2, batch 10 x 100 positions (the VQA region count), forward + backward
 (training) and forward only over one position of 50 rows (a beam-5 decoding step over 10 images, cached keys
-and values excluded). Models: 6+6 layers, d=512, batch 10, 50 regions x 2048-d, 20 tokens, vocabulary 10201;
+and values excluded; 20 such steps per timing). Models: 6+6 layers, d=512, batch 10, 50 regions x 2048-d, 20 tokens, vocabulary 10201;
 XE step = forward + cross-entropy + backward + Adam; beam search = beam 5, 20 steps, K/V caches. One thread,
 every variant of a table interleaved, medians and the median of per-round ratios against the plain variant.
 """
@@ -30,6 +30,7 @@ from vlattn.models.profile import backbone_parameters, count_flops, random_batch
 SITES = ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")
 D, HEADS, D_FF, K = 512, 8, 2048, 2
 VOCAB, BATCH, REGIONS, LENGTH, FEATURES = 10201, 10, 50, 20, 2048
+DECODE_STEPS = 20
 
 
 def lw_config(layers: int, expansion: int | None) -> ModelConfig:
@@ -62,9 +63,10 @@ def layer_runs(positions: int) -> dict[str, Callable[[], None]]:
     def train(layer: nn.Module) -> None:
         call(layer, x).sum().backward()
 
-    def decode(layer: nn.Module) -> None:
+    def decode(layer: nn.Module) -> None:  # 20 steps per timing: one step is too short to time on a busy machine
         with torch.no_grad():
-            call(layer, step)
+            for _ in range(DECODE_STEPS):
+                call(layer, step)
 
     runs = {(name, "train"): partial(train, layer) for name, layer in layers.items()}
     runs.update({(name, "decode"): partial(decode, layer) for name, layer in layers.items()})
@@ -80,8 +82,8 @@ def layer_table(times: dict, positions: int) -> str:
             ours, plain = times[(name, kind)], times[(base, kind)]
             cells.append(f"{statistics.median(ours):.2f} | {paired_ratio(ours, plain):.2f}x")
         rows.append(f"| {name} | {' | '.join(cells)} |")
-    header = (f"| layer | train: fwd+bwd, {BATCH}x{positions} (ms) | vs plain | decode: fwd, {5 * BATCH} rows x 1 (ms) "
-              "| vs plain |\n|---|---|---|---|---|")
+    header = (f"| layer | train: fwd+bwd, {BATCH}x{positions} (ms) | vs plain | decode: {DECODE_STEPS} x fwd, {5 * BATCH} rows x 1 "
+              "(ms) | vs plain |\n|---|---|---|---|---|")
     return header + "\n" + "\n".join(rows)
 
 
@@ -98,14 +100,15 @@ OPS = {
 }
 
 
-def breakdown(run: Callable[[], None]) -> dict[str, float]:
-    """Self CPU milliseconds of one ``run()`` by the op groups of :data:`OPS`."""
+def breakdown(run: Callable[[], None], runs: int = 1) -> dict[str, float]:
+    """Self CPU milliseconds per ``run()`` (the mean of ``runs`` calls) by the op groups of :data:`OPS`."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
+        for _ in range(runs):
+            run()
     totals = dict.fromkeys([*OPS, "rest"], 0.0)
     for event in prof.key_averages():
         group = next((name for name, ops in OPS.items() if event.key in ops), "rest")
-        totals[group] += event.self_cpu_time_total / 1000
+        totals[group] += event.self_cpu_time_total / 1000 / runs
     return totals
 
 

@@ -99,8 +99,9 @@ def speed(runs: dict[str, Path], repeats: int) -> tuple[dict, dict]:
 
         tasks[("XE step", name)] = partial(xe_run, model, optimizer, inputs)
         tasks[("beam search", name)] = decode
-    profiles = {(task, name): breakdown(run) for (task, name), run in tasks.items()}
-    return time_interleaved(tasks, repeats), sizes, profiles
+    times = time_interleaved(tasks, repeats)
+    profiles = {(task, name): breakdown(run, runs=3) for (task, name), run in tasks.items()}
+    return times, sizes, profiles
 
 
 def main() -> None:
@@ -159,7 +160,7 @@ time (sequential runs on a shared machine: indicative only).
 |---|---|---|---|---|---|---|---|---|
 {chr(10).join(cost)}
 
-Where the time goes (`torch.profiler`, self CPU ms of one run each, after the timed rounds' warm-up):
+Where the time goes (`torch.profiler` after the timed rounds, self CPU ms per run, the mean of three runs each):
 
 | op group | {' | '.join(f"{name}: {task}" for task in ("XE step", "beam search") for name in runs)} |
 |---|{'---|' * 2 * len(runs)}

@@ -70,7 +70,8 @@ class MultiHeadAttention(nn.Module):
     def projections(self, d_model: int, options: object) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
         """The query, key, value and output projections (modules with ``weight`` and ``bias``): dense
         d -> d here; subclasses with options of their own (grouping) override it."""
-        return nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        linear = partial(nn.Linear, d_model, d_model)
+        return linear(), linear(), linear(), linear()
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, N, H * d) -> (B, H, N, d) (queries/keys and values may have different head widths d)."""
