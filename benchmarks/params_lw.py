@@ -16,11 +16,11 @@ import torch
 from results import parse_args, publish
 from torch import nn
 
-from vlattn.commands import run_profile
 from vlattn.config import ModelConfig, Spec, load_config
 from vlattn.layers import GroupedLinear
 from vlattn.models import build_captioner
 from vlattn.models.profile import backbone_madds, backbone_parameters
+from vlattn.tasks import ProfileShapes, task_of
 
 SITES = ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")
 WORDS, REGIONS = 14, 100
@@ -99,8 +99,9 @@ PRESETS = {  # the two exact counts through `vlattn profile` (the CLI's code pat
 
 def profiled(config: str, overrides: list[str]) -> str:
     """The backbone lines of ``vlattn profile`` for a preset at the VQA lengths, with the command."""
-    report = run_profile(load_config(config, overrides), vocab_size=10201, batch=1, regions=WORDS, length=REGIONS,
-                         repeats=1)
+    cfg = load_config(config, overrides)
+    report = task_of(cfg.task).profile(cfg, ProfileShapes(batch=1, regions=WORDS, length=REGIONS, vocab_size=10201,
+                                                          repeats=1))
     sets = " ".join(f"--set {item}" for item in overrides)
     backbone = report["backbone"]
     return (f"- `vlattn profile --config {config} {sets} --regions {WORDS} --length {REGIONS} --batch 1`: backbone "

@@ -29,7 +29,8 @@ from torch import nn
 from vlattn.data.captioning import collate_eval, collate_train
 from vlattn.decoding import beam_search
 from vlattn.models.profile import backbone_parameters, count_flops, count_parameters, time_interleaved, train_step
-from vlattn.pipeline import build_model, load_caption_data
+from vlattn.data.vocab import Vocabulary
+from vlattn.tasks.captioning import build_model, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
 
 SITES = ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")
@@ -75,8 +76,9 @@ def training_seconds(run: Path) -> float:
 
 def trained_model(run: Path) -> tuple[nn.Module, object]:
     checkpoint = load_checkpoint(run / "checkpoints" / "best")
-    data = load_caption_data(checkpoint.config.data, checkpoint.vocab)
-    model = build_model(checkpoint.config, checkpoint.vocab, data.store.dim)
+    vocab = checkpoint.vocabulary("words", Vocabulary.load)
+    data = load_caption_data(checkpoint.config.data, vocab)
+    model = build_model(checkpoint.config, vocab, data.store.dim)
     load_weights(model, checkpoint)
     return model, (checkpoint, data)
 
@@ -87,14 +89,14 @@ def speed(runs: dict[str, Path], repeats: int) -> tuple[dict, dict]:
     for name, run in runs.items():
         model, (checkpoint, data) = trained_model(run)
         cfg = checkpoint.config
-        batch = collate_train([data.train_set(cfg.data)[i] for i in range(cfg.train.batch_size)])
-        images = collate_eval([data.eval_set("test", cfg.data)[i] for i in range(cfg.eval.batch_size)])
+        batch = collate_train([data.train_set()[i] for i in range(cfg.train.batch_size)])
+        images = collate_eval([data.eval_set("test")[i] for i in range(cfg.eval.batch_size)])
         inputs = {key: batch[key] for key in ("features", "boxes", "region_mask", "tokens")}
         model.train()
         sizes[name] = {"params": count_parameters(model)["total"], "backbone": backbone_parameters(model),
                        "gflops": count_flops(lambda: train_step(model, inputs)) / 1e9}  # noqa: B023
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)
-        vocab = checkpoint.vocab
+        vocab = data.vocab
 
         def decode(model=model, images=images, cfg=cfg, vocab=vocab) -> None:
             model.eval()

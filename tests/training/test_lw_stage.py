@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import tiny_config
-from vlattn import stages
+from vlattn import tasks
 
 LW = [f"model.{site}={{name: gmha, options: {{groups: 2}}}}"
       for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")]
@@ -26,7 +26,7 @@ def logged_rates(run: Path) -> list[float]:
 
 def test_xe_rate_is_scaled_by_sqrt_k_and_scst_rate_is_not(tiny_data: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_data, *LW)
-    stages.train_xe(cfg, tmp_path / "xe", device="cpu")
+    tasks.train(cfg, tmp_path / "xe", device="cpu")
     assert logged_rates(tmp_path / "xe") == [pytest.approx(1e-3 * math.sqrt(2))] * 2
-    stages.train_scst(cfg, tmp_path / "scst", init=tmp_path / "xe", device="cpu")
+    tasks.train(cfg, tmp_path / "scst", stage="scst", init=tmp_path / "xe", device="cpu")
     assert logged_rates(tmp_path / "scst") == [pytest.approx(1e-4)]  # 24 images: one SCST batch
