@@ -3,13 +3,14 @@ box geometry."""
 
 from vlattn.layers.feedforward import FEED_FORWARD, FeedForward, build_feed_forward
 from vlattn.layers.geometry import BoxGeometry
-from vlattn.layers.positional import SinusoidalPositions, sinusoidal_positions
+from vlattn.layers.positional import PositionTable, SinusoidalPositions, sinusoidal_positions
 from vlattn.layers.sublayer import PostNorm
 
 __all__ = [
     "FEED_FORWARD",
     "BoxGeometry",
     "FeedForward",
+    "PositionTable",
     "PostNorm",
     "SinusoidalPositions",
     "build_feed_forward",
