@@ -48,7 +48,7 @@ def test_build_schedule_by_name_and_error() -> None:
         build_schedule(Spec("step", {"decay_factor": 2.0}), d_model=512)
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()` before")  # as the released loop does
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # as the released loop does
 def test_noam_epoch_offset_follows_the_released_lambda_lr_loop() -> None:
     """The released train.py: LambdaLR(lambda s: d^-0.5 * min((s+1)^-0.5, (s+1) * warmup^-1.5)), stepped at the
     start of every epoch and after every iteration; the rate of each iteration is read from the optimiser."""
