@@ -255,3 +255,32 @@ def test_official_padding_hides_pad_tokens_anywhere() -> None:
         changed = other(args, tokens)
         # ...matters to later positions only when pad tokens are attended (the regions rule)
         assert torch.allclose(changed[:, 4:], reference[:, 4:]) is hidden, rule
+
+
+# --- the preset ------------------------------------------------------------------------------------------------
+
+
+def test_official_preset_is_the_imported_models_config_and_its_differences_are_listed() -> None:
+    from vlattn.config import config_to_dict, load_config
+    from vlattn.importers.m2_official import ReleasedLayout, released_config
+    from vlattn.models.profile import count_parameters
+
+    preset = load_config("configs/m2-official.yaml")
+    layout = ReleasedLayout(encoder_layers=3, decoder_layers=3, gates=3, d_model=512, feature_dim=2048, d_ff=2048,
+                            slots=40, vocab_size=10201, max_positions=54)
+    assert released_config(layout).model == preset.model  # what import-checkpoint writes for the released file
+    with torch.device("meta"):
+        model = build_captioner(preset.model, 10201, pad_id=PAD)
+    assert count_parameters(model)["total"] == 38_411_264
+    assert model.decoder.positions.table.shape == (55, 512)  # the released 28,160 frozen values, saved
+    # benchmarks/RESULTS.md lists every key on which the two presets differ
+    def leaves(tree, prefix=""):
+        out = {}
+        for key, value in tree.items():
+            out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value})
+        return out
+    paper, official = leaves(config_to_dict(load_config("configs/m2.yaml"))), leaves(config_to_dict(preset))
+    differing = {key for key in paper.keys() | official.keys() if paper.get(key) != official.get(key)}
+    text = open("benchmarks/RESULTS.md").read()
+    section = text.split("## M2 presets: paper vs released recipe")[1].split("\n## ")[0]
+    assert differing and all(f"| `{key}` |" in section for key in differing), differing

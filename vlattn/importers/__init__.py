@@ -4,8 +4,9 @@
 :func:`import_checkpoint` writes the result as a vlattn run directory that ``vlattn eval``, ``vlattn
 caption`` and ``vlattn train --stage scst --init`` use::
 
-    RUN_DIR/checkpoints/best/   model.safetensors, config.json, vocabulary (a vlattn checkpoint)
+    RUN_DIR/checkpoints/best/   model.safetensors, config.json, vocab-words.json (a vlattn checkpoint)
     RUN_DIR/config.yaml         the imported run's config
+    RUN_DIR/vocab-words.json    the vocabulary (as in a trained run directory)
     RUN_DIR/import.json         provenance: format, source files and their SHA-256, the inferred layout
 
 The directory is assembled next to ``RUN_DIR`` and renamed into place only when complete; an existing,
@@ -28,7 +29,7 @@ from vlattn.errors import DataError
 from vlattn.importers.m2_official import Imported, read_released
 from vlattn.io import atomic_write_text
 from vlattn.models import build_captioner
-from vlattn.training.checkpoint import save_checkpoint
+from vlattn.training.checkpoint import save_checkpoint, save_vocabularies
 
 FORMATS: dict[str, Callable[..., Imported]] = {"m2-official": read_released}
 
@@ -68,9 +69,10 @@ def import_checkpoint(
     staging = out.with_name(f".{out.name}.import-tmp")
     if staging.exists():
         shutil.rmtree(staging)  # a previous import of this name that did not finish
-    save_checkpoint(staging / "checkpoints" / "best", model, imported.config, imported.vocab)
+    vocabularies = {"words": imported.vocab}
+    save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
     save_config(imported.config, staging / "config.yaml")
-    imported.vocab.save(staging / "vocab.json")
+    save_vocabularies(staging, vocabularies)
     atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
     if out.exists():
         out.rmdir()  # empty (checked above)
