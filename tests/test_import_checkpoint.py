@@ -27,6 +27,7 @@ from vlattn.importers import import_checkpoint
 from vlattn.importers.m2_official import OFFICIAL_OPTIONS, RELEASED_EVAL, RELEASED_MAX_REGIONS, map_state_dict
 from vlattn.importers.torchfile import load_state_dict
 from vlattn.training.checkpoint import load_checkpoint
+from tests.training.conftest import make_tiny_data
 
 runner = CliRunner()
 WORDS = ["<unk>", "<pad>", "<bos>", "<eos>"] + [f"w{i}" for i in range(26)]
@@ -198,6 +199,26 @@ def test_import_then_caption_gives_the_released_beam_search(tmp_path: Path) -> N
         words = released_beam_search(weights, padded, bos=2, eos=3, pad=1, heads=HEADS).words[0, 0]
         expected = Vocabulary(WORDS[4:]).decode(Vocabulary(WORDS[4:]).stoi[WORDS[w]] for w in words.tolist())
         assert captions[image_id] == expected and expected
+
+
+def test_imported_run_fine_tunes(tmp_path: Path) -> None:
+    """SCST starts from an imported run (--init): its config, vocabulary and weights serve a training stage that
+    reads a data set and validates on it (`vlattn eval` takes the same path; it is not run here because
+    METEOR's Java start-up alone takes tens of seconds)."""
+    tiny_data = make_tiny_data(tmp_path / "data")
+    source = train_py_file(tmp_path / "m2.pth", state(d_in=16))  # the tiny data set's 16-d regions
+    run = tmp_path / "imported"
+    import_checkpoint("m2-official", source, word_list(tmp_path / "vocab.txt"), run, heads=HEADS)
+    scst = tmp_path / "scst"
+    result = runner.invoke(app, [
+        "train", "--stage", "scst", "--init", str(run), "--config", str(run / "config.yaml"), "--out", str(scst),
+        "--set", f"data.root={tiny_data}", "--set", "train.scst_epochs=1", "--set", "train.scst_batch_size=12",
+        "--set", "train.scst_samples=2", "--set", "train.val_max_images=2", "--set", "eval.max_len=8",
+        "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert (scst / "checkpoints" / "best" / "model.safetensors").is_file()
+    records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "val" and "CIDEr" in r for r in records)
 
 
 def test_import_refuses_a_used_directory_and_leaves_nothing_on_error(tmp_path: Path) -> None:
