@@ -59,8 +59,9 @@ def load_state_dict(path: str | Path, entry: str = "state_dict") -> dict[str, Te
             raise DataError(f"holds an object that weights_only loading refuses ({global_name}); {RESAVE_HINT}",
                             path=path) from None
         raise DataError(f"not a readable PyTorch checkpoint: {reason}", path=path) from None
-    except (RuntimeError, OSError, EOFError, ValueError) as err:
-        raise DataError(f"not a readable PyTorch checkpoint: {str(err).splitlines()[0]}", path=path) from None
+    except Exception as err:  # noqa: BLE001 - a damaged file fails anywhere inside the unpickler or zip reader
+        reason = (str(err).splitlines() or [""])[0] or type(err).__name__
+        raise DataError(f"not a readable PyTorch checkpoint: {reason}", path=path) from None
     if isinstance(data, Mapping) and entry in data:
         data = data[entry]
     if not isinstance(data, Mapping) or not data:
