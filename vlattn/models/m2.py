@@ -123,10 +123,12 @@ def build_m2(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerC
         )
 
     model = encoder_decoder(
-        parts, vocab_size, pad_id, meshed_site, positions=POSITIONS[options.positions](cfg.d_model, cfg.max_positions),
-        embed_dropout=released_dropout, released_padding=options.padded_regions if options.padding == "official" else None,
+        parts, vocab_size, pad_id, meshed_site,
+        positions=POSITIONS[options.positions](cfg.d_model, cfg.max_positions),
+        embed_dropout=released_dropout,
+        released_padding=options.padded_regions if options.padding == "official" else None,
     )
     if options.init == "official":
-        slots = [p for m in model.modules() if isinstance(m, MemoryAugmentedAttention) for p in (m.memory_keys, m.memory_values)]
-        xavier_saved_tensors(model, skip=slots)
+        memories = [m for m in model.modules() if isinstance(m, MemoryAugmentedAttention)]
+        xavier_saved_tensors(model, skip=[p for m in memories for p in (m.memory_keys, m.memory_values)])
     return model
