@@ -152,11 +152,13 @@ class ModelCase:
     kind: str
     sites: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # names a variant of the kind's options
 
     @property
     def id(self) -> str:
         placed = ",".join(f"{site.split('_')[0]}_{site.split('_')[1]}={name}" for site, name in self.sites.items())
-        return f"{self.kind}[{placed}]" if placed else self.kind
+        name = f"{self.kind}-{self.label}" if self.label else self.kind
+        return f"{name}[{placed}]" if placed else name
 
     def config(self) -> ModelConfig:
         return tiny_model_config(self.kind, self.sites, **self.overrides)
@@ -186,10 +188,20 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
     return ModelConfig(**fields)
 
 
+# variants of a kind's options that the whole battery runs too (M2's official padding attends padded
+# regions by design, so it is tested on its own in tests/models/test_m2_official.py)
+KIND_VARIANTS: list[ModelCase] = [
+    ModelCase("m2", label="official", overrides={
+        "encoder_self_attention": Spec("memory", {"slots": 5, "init": "official"}),
+        "options": {"residual": "official", "positions": "table", "init": "official"},
+    }),
+]
+
+
 def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults, the Transformer with every mechanism at every captioner site
-    that mechanism allows, and the Transformer with every feed-forward."""
-    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
+    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, the Transformer with every
+    mechanism at every captioner site that mechanism allows, and the Transformer with every feed-forward."""
+    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"] + KIND_VARIANTS
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":

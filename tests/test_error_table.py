@@ -6,6 +6,7 @@ real output (paths in the table are shortened, the real ones are absolute).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -15,6 +16,8 @@ from typing import Callable
 import h5py
 import numpy as np
 import pytest
+import torch
+from m2_released import random_released_state
 
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap
 from vlattn.data.synth import generate
@@ -145,6 +148,29 @@ def library(ws: Workspace, call: Callable[[], object]) -> str:
     return "no error"
 
 
+WORDS = ["<unk>", "<pad>", "<bos>", "<eos>"] + [f"w{i}" for i in range(26)]
+
+
+def released(ws: Workspace, name: str, change: Callable[[dict], object] = lambda state: None, **extra: object) -> str:
+    """A checkpoint file in the released M2 layout (random weights), changed by ``change``."""
+    state = random_released_state(vocab=len(WORDS))
+    change(state)
+    torch.save({"state_dict": state, **extra}, ws.path(name))
+    return str(ws.path(name))
+
+
+def import_args(ws: Workspace, checkpoint: str, words: list[str] = WORDS, out: str = "imported",
+                fmt: str = "m2-official", vocab: str = "vocab.txt") -> list[str]:
+    return ["import-checkpoint", checkpoint, "--format", fmt, "--vocab", written(ws, vocab, "\n".join(words)),
+            "--out", str(ws.path(out)), "--heads", "4"]
+
+
+def used_dir(ws: Workspace) -> str:
+    (ws.path("used") / "notes.txt").parent.mkdir()
+    (ws.path("used") / "notes.txt").write_text("mine")
+    return "used"
+
+
 F32 = np.float32
 CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "unknown key": lambda ws: config(ws, "--set", "model.dmodel=3"),
@@ -215,6 +241,18 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "impossible synthetic sizes": lambda ws: ["data", "synth", "--out", str(ws.path("s")), "--images", "3", "--val",
                                               "2", "--test", "1"],
     "bad confound": lambda ws: ["data", "synth", "--out", str(ws.path("s")), "--confound", "red-circle"],
+    "unknown checkpoint format": lambda ws: import_args(ws, released(ws, "m2.pth"), fmt="m2"),
+    "not a checkpoint": lambda ws: import_args(ws, written(ws, "plain.pth", "text")),
+    "checkpoint holding other objects": lambda ws: import_args(ws, released(ws, "args.pth", args=argparse.Namespace(m=40))),
+    "tensor missing": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.pop("decoder.layers.2.fc_alpha2.bias"))),
+    "unexpected tensor": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.update(
+        {"decoder.extra.weight": torch.zeros(2)}))),
+    "tensor of another shape": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.update(
+        {"encoder.layers.1.pwff.fc2.weight": torch.zeros(32, 63)}))),
+    "word list of another size": lambda ws: import_args(ws, released(ws, "m2.pth"), WORDS[:-1], vocab="short.txt"),
+    "word list without a special token": lambda ws: import_args(ws, released(ws, "m2.pth"), [
+        w if w != "<bos>" else "bos" for w in WORDS], vocab="nobos.txt"),
+    "run directory in use": lambda ws: import_args(ws, released(ws, "m2.pth"), out=used_dir(ws)),
     "predictions and references differ": lambda ws: library(ws, lambda: evaluate_captions(
         {1: ["a dog"], 2: ["a cat"]}, {2: "a cat"}, tokenizer_backend="python", metrics=("CIDEr",))),
     "unknown tokenizer backend": lambda ws: library(ws, lambda: PTBTokenizer("perl")),

@@ -116,6 +116,25 @@ def profile(
     typer.echo(json.dumps(report) if as_json else format_profile(report))
 
 
+@app.command("import-checkpoint")
+def import_checkpoint(
+    source: Path = typer.Argument(..., help="The released checkpoint file (.pth); its state_dict entry is read."),
+    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer)."),
+    vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
+    out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
+    heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="YAML whose data/train/eval sections the run uses (default: the released "
+        "evaluation settings); the model section comes from the checkpoint."),
+) -> None:
+    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, SCST)."""
+    from vlattn.config import load_config
+    from vlattn.importers import import_checkpoint as run_import
+
+    base = load_config(config) if config is not None else None
+    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base)))
+
+
 def main() -> None:
     """Console entry point: one-line errors for bad input."""
     try:

@@ -102,6 +102,7 @@ class TrainConfig:
 
     seed: int = 1234
     epochs: int = bounded(20, ge=0)
+    patience: int = bounded(0, ge=0)  # end XE after this many epochs without a better val CIDEr (0: never)
     batch_size: int = bounded(50, ge=1)
     label_smoothing: float = bounded(0.0, ge=0.0, lt=1.0)
     grad_clip: float = bounded(0.0, ge=0.0)
@@ -117,14 +118,21 @@ class TrainConfig:
     # SCST stage (M2 section 4.2: fixed learning rate 5e-6; "step"/"noam" select the paper schedules)
     scst_schedule: Spec = spec("constant", lr=5e-6)
     scst_epochs: int = bounded(10, ge=0)
+    scst_patience: int = bounded(0, ge=0)
+    scst_adam_betas: list[float] | None = None  # None: adam_betas
     scst_samples: int = bounded(5, ge=1)
     scst_sampling: Literal["beam", "sample"] = "beam"
     scst_baseline: Literal["mean", "mean-others", "greedy"] = "mean"
     scst_batch_size: int = bounded(50, ge=1)
+    # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
+    # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
+    scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
 
     def check(self, where: str) -> None:
-        if len(self.adam_betas) != 2:
-            raise ConfigError(f"config key {where}.adam_betas: expected two numbers, got {self.adam_betas!r}")
+        for key in ("adam_betas", "scst_adam_betas"):
+            betas = getattr(self, key)
+            if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
+                raise ConfigError(f"config key {where}.{key}: expected two numbers in [0, 1), got {betas!r}")
         if self.scst_baseline == "mean-others" and self.scst_samples < 2:
             raise ConfigError(f"config key {where}.scst_samples: the mean-others baseline needs >= 2, got {self.scst_samples}")
 

@@ -93,3 +93,22 @@ def test_lr_scaling_is_checked_when_a_config_loads() -> None:
         config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
     with pytest.raises(ConfigError, match=r"train\.lr_scaling: 'sqrt' is not one of: none, sqrt_groups"):
         config_from_dict({"train": {"lr_scaling": "sqrt"}})
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # as the released loop does
+def test_noam_epoch_offset_follows_the_released_lambda_lr_loop() -> None:
+    """The released train.py: LambdaLR(lambda s: d^-0.5 * min((s+1)^-0.5, (s+1) * warmup^-1.5)), stepped at the
+    start of every epoch and after every iteration; the rate of each iteration is read from the optimiser."""
+    warmup, per_epoch = 7, 5
+    released = lambda s: 512**-0.5 * min((s + 1) ** -0.5, (s + 1) * warmup**-1.5)  # noqa: E731
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, released)
+    expected = []
+    for _ in range(3):
+        scheduler.step()  # train_xe() begins with it
+        for _ in range(per_epoch):
+            expected.append(optimizer.param_groups[0]["lr"])
+            scheduler.step()
+    schedule = Noam(d_model=512, warmup=warmup, epoch_offset=True)
+    ours = [schedule.lr_at(step, step // per_epoch) for step in range(3 * per_epoch)]
+    assert ours == pytest.approx(expected, rel=1e-12)
+    plain = Noam(d_model=512, warmup=warmup)
+    assert plain.lr_at(per_epoch, 1) != pytest.approx(expected[per_epoch])

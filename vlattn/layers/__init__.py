@@ -4,7 +4,7 @@ layers, positions, residual + LayerNorm, box geometry."""
 from vlattn.layers.feedforward import FEED_FORWARD, FeedForward, GroupFeedForward, build_feed_forward
 from vlattn.layers.geometry import BoxGeometry
 from vlattn.layers.grouped import GroupedLinear
-from vlattn.layers.positional import SinusoidalPositions, sinusoidal_positions
+from vlattn.layers.positional import PositionTable, SinusoidalPositions, sinusoidal_positions
 from vlattn.layers.sublayer import PostNorm
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "FeedForward",
     "GroupFeedForward",
     "GroupedLinear",
+    "PositionTable",
     "PostNorm",
     "SinusoidalPositions",
     "build_feed_forward",

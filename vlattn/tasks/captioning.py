@@ -6,9 +6,11 @@ Data: a Karpathy split file and a feature store under ``data.root`` (:class:`Cap
 CIDEr-D):
 
 - ``xe``: cross-entropy with teacher forcing (NG-SAN Sec. 5.1, M2 Sec. 3.3); ``train.schedule``,
-  ``train.epochs``, ``train.batch_size``; ``--init`` optionally warm-starts from other weights;
+  ``train.epochs``, ``train.patience``, ``train.batch_size``, ``train.adam_betas``; ``--init`` optionally
+  warm-starts from other weights;
 - ``scst``: self-critical sequence training on the CIDEr-D reward (M2 Sec. 3.3, Eq. 10), from ``--init``
-  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_batch_size``.
+  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_patience``, ``train.scst_batch_size``,
+  ``train.scst_adam_betas`` (default ``train.adam_betas``), ``train.scst_loss_normalise``.
 
 The reward's CIDEr-D document frequencies come from the training references and are cached next to the data
 (``<data root>/cache/cider_df_<mode>.npz``), rebuilt automatically when the references, the tokenisation or
@@ -254,6 +256,7 @@ def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Obj
         baseline=cfg.train.scst_baseline,
         num_samples=cfg.train.scst_samples,
         max_len=cfg.eval.max_len,
+        normalise=cfg.train.scst_loss_normalise,
     )
 
 
@@ -280,6 +283,8 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     schedule="train.scst_schedule",
     epochs="train.scst_epochs",
     batch_size="train.scst_batch_size",
+    patience="train.scst_patience",
+    adam_betas="train.scst_adam_betas",
     needs_init=True,
     lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
 )

@@ -94,3 +94,12 @@ def broadcast_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
         return
     for tensor in list(model.parameters()) + list(model.buffers()):
         dist.broadcast(tensor.data, src=0)
+
+
+def broadcast_int(value: int, ctx: DistContext, device: torch.device) -> int:
+    """Rank 0's ``value`` on every rank (decisions only rank 0 can take, e.g. after its validation)."""
+    if ctx.world_size <= 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    dist.broadcast(tensor, src=0)
+    return int(tensor.item())

@@ -4,7 +4,9 @@ A schedule is stateless: the trainer asks ``lr_at(step, epoch)`` before every op
 resumed run reproduces the schedule exactly from the saved step/epoch counters.
 
 * ``noam`` — "Attention is all you need" schedule used by M2 (section 4.2, warm-up 10000):
-  ``lr = scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` with ``s = step + 1``.
+  ``lr = scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` with ``s = step + 1``; with
+  ``epoch_offset`` ``s = step + epoch + 2``, the released M2 ``train.py``, whose ``LambdaLR`` is stepped once
+  more at the start of every epoch (and whose lambda adds one to the count it is given).
 * ``step`` — NG-SAN section 5.1: the base rate is ``min(t * 1e-4, 3e-4)`` with ``t`` the epoch
   number starting at 1; "after 6 epochs, the learning rate is decayed by 1/2 every 3 epochs".
   We read this literally: epochs 7-9 use half the rate, 10-12 a quarter, and so on
@@ -50,9 +52,10 @@ class Noam:
     warmup: int = bounded(10000, ge=1)
     scale: float = bounded(1.0, gt=0.0)
     d_model: int | None = bounded(None, ge=1)
+    epoch_offset: bool = False
 
     def lr_at(self, step: int, epoch: int) -> float:
-        s = step + 1
+        s = step + 1 + (epoch + 1 if self.epoch_offset else 0)
         return self.scale * self.d_model**-0.5 * min(s**-0.5, s * self.warmup**-1.5)
 
 

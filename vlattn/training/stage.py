@@ -78,8 +78,9 @@ class Stage(Generic[D]):
       ``collate([train_set(cfg, data)[i] ...])``.
     - ``validator(cfg, data, device)``: ``model -> metrics`` after every epoch; ``selection_metric`` names
       the metric (higher is better) whose best value picks ``checkpoints/best``.
-    - ``schedule``, ``epochs``, ``batch_size``: the config keys of the stage's learning-rate schedule
-      (a ``Spec``), number of epochs and batch size.
+    - ``schedule``, ``epochs``, ``batch_size``, ``patience``, ``adam_betas``: the config keys of the stage's
+      learning-rate schedule (a ``Spec``), number of epochs, batch size, early-stopping patience (epochs
+      without a better ``selection_metric``; 0 = never) and Adam betas (a None value: ``train.adam_betas``).
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
     - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
       cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
@@ -97,6 +98,8 @@ class Stage(Generic[D]):
     schedule: str = "train.schedule"
     epochs: str = "train.epochs"
     batch_size: str = "train.batch_size"
+    patience: str = "train.patience"
+    adam_betas: str = "train.adam_betas"
     needs_init: bool = False
     lr_scaling: bool = False
 
@@ -164,9 +167,10 @@ def run_stage(
         save_checkpoint(run_dir / "checkpoints" / name, model, cfg, vocabularies, train_state)
 
     train = cfg.train
+    betas = value_at(cfg, stage.adam_betas) or train.adam_betas
     trainer = Trainer(
         model=model,
-        optimizer=build_optimizer(model, (float(train.adam_betas[0]), float(train.adam_betas[1])), train.weight_decay),
+        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay),
         schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
                         lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
@@ -186,6 +190,7 @@ def run_stage(
             checkpoint_every=train.checkpoint_every,
             max_steps=train.max_steps,
             num_workers=cfg.data.num_workers,
+            patience=value_at(cfg, stage.patience),
         ),
         device=dev,
         ctx=ctx,
