@@ -27,11 +27,35 @@ Q_DIM = 12  # query size at cross sites of mechanisms that accept queries of ano
 VOCAB, FEATURE_DIM = 23, 12
 BOS, EOS, PAD = 1, 2, 0
 
-# the attention sites of the Transformer-family captioners and the kind of each
-CAPTIONER_SITES = {
-    "encoder_self_attention": Site.ENCODER_SELF,
-    "decoder_self_attention": Site.DECODER_SELF,
-    "decoder_cross_attention": Site.CROSS,
+
+
+@dataclass(frozen=True)
+class SiteKind:
+    """A model's attention site as the battery varies it: its kind, whether its context carries box geometry,
+    and whether the model needs a mechanism that takes queries of another size than keys (Up-Down)."""
+
+    site: Site
+    geometry: bool = False
+    query_dim_differs: bool = False
+
+    def accepts(self, name: str) -> bool:
+        caps = ATTENTION[name].capabilities
+        return (
+            self.site in caps.sites
+            and (self.site is not Site.DECODER_SELF or caps.cacheable)
+            and (self.geometry or not caps.needs_geometry)
+            and (caps.query_dim_differs or not self.query_dim_differs)
+        )
+
+
+# model kind -> the sites whose mechanism the model battery varies (each kind's default mechanism excluded)
+VARIED_SITES: dict[str, dict[str, SiteKind]] = {
+    "transformer": {
+        "encoder_self_attention": SiteKind(Site.ENCODER_SELF, geometry=True),
+        "decoder_self_attention": SiteKind(Site.DECODER_SELF),
+        "decoder_cross_attention": SiteKind(Site.CROSS),
+    },
+    "updown": {"decoder_cross_attention": SiteKind(Site.CROSS, geometry=True, query_dim_differs=True)},
 }
 
 
@@ -122,8 +146,10 @@ def self_attention_call(site: Site, batch: int = 3, length: int = 6, seed: int =
     return Call(site, x, x, x, real[:, None, None, :], context, real, real, boxes)
 
 
-def cross_call(query_dim: int, batch: int = 3, queries: int = 4, keys: int = 6, seed: int = 1) -> Call:
-    """Queries of one stream over padded keys of another (row b has b padded keys)."""
+def cross_call(query_dim: int, batch: int = 3, queries: int = 4, keys: int = 6, seed: int = 1,
+               geometry: bool = False) -> Call:
+    """Queries of one stream over padded keys of another (row b has b padded keys); with ``geometry`` the
+    context carries the keys' boxes."""
     generator = torch.Generator().manual_seed(seed)
     query = torch.randn(batch, queries, query_dim, generator=generator)
     memory = torch.randn(batch, keys, D, generator=generator)
@@ -131,14 +157,21 @@ def cross_call(query_dim: int, batch: int = 3, queries: int = 4, keys: int = 6, 
     for row in range(1, batch):
         real[row, keys - row:] = False
     everything = torch.ones(batch, queries, dtype=torch.bool)
-    return Call(Site.CROSS, query, memory, memory, real[:, None, None, :], AttentionContext(Site.CROSS), everything, real)
+    boxes = random_boxes(batch, keys, generator) if geometry else None
+    context = cross_context(boxes, real)
+    return Call(Site.CROSS, query, memory, memory, real[:, None, None, :], context, everything, real, boxes)
+
+
+def cross_context(boxes: Tensor | None, real: Tensor) -> AttentionContext:
+    """The context of a cross site: with the keys' geometry when ``boxes`` (B, Nk, 4) are given."""
+    return AttentionContext(Site.CROSS, geometry=None if boxes is None else BoxGeometry(boxes, real))
 
 
 def call_for(name: str, site: Site, **kwargs: Any) -> Call:
     """Inputs for mechanism ``name`` at a site of kind ``site``."""
     if site is Site.CROSS:
         caps = ATTENTION[name].capabilities
-        return cross_call(Q_DIM if caps.query_dim_differs else D, **kwargs)
+        return cross_call(Q_DIM if caps.query_dim_differs else D, geometry=caps.needs_geometry, **kwargs)
     return self_attention_call(site, **kwargs)
 
 
@@ -168,10 +201,11 @@ class ModelCase:
         return build_captioner(self.config(), VOCAB, pad_id=PAD).eval()
 
 
-# kind -> the model options and encoder spec its tiny configuration uses
+# kind -> the model options and attention specs its tiny configuration uses
 KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {},
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
+    "updown": {"decoder_cross_attention": Spec("additive"), "options": {"embed_dim": 10, "attention_dim": 8}},
 }
 
 
@@ -198,14 +232,22 @@ KIND_VARIANTS: list[ModelCase] = [
 ]
 
 
+def default_mechanism(kind: str, site_key: str) -> str:
+    """The mechanism a kind's tiny configuration puts at ``site_key``."""
+    spec = KIND_DEFAULTS.get(kind, {}).get(site_key)
+    return spec.name if spec is not None else getattr(ModelConfig(), site_key).name
+
+
 def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, the Transformer with every
-    mechanism at every captioner site that mechanism allows, and the Transformer with every feed-forward."""
+    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, each kind of
+    :data:`VARIED_SITES` with every other mechanism at every site that accepts it, and the Transformer with every
+    feed-forward."""
     cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"] + KIND_VARIANTS
-    for site_key, site in CAPTIONER_SITES.items():
-        for name, placed in placements():
-            if placed is site and name != "mha":
-                cases.append(ModelCase("transformer", {site_key: name}))
+    for kind, sites in VARIED_SITES.items():
+        for site_key, site in sites.items():
+            for name in sorted(ATTENTION):
+                if site.accepts(name) and name != default_mechanism(kind, site_key):
+                    cases.append(ModelCase(kind, {site_key: name}))
     cases += [ModelCase("transformer", {"feed_forward": name}) for name in feed_forward_names() if name != "plain"]
     return cases
 

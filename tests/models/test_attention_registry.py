@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from registry_cases import D, H, Q_DIM, build_mechanism, call_for, placement_id, placements
+from registry_cases import D, H, Q_DIM, build_mechanism, call_for, cross_context, placement_id, placements
 from torch import nn
 
 from vlattn.attention import (
@@ -101,7 +101,9 @@ def test_permuting_regions_permutes_outputs(placement: tuple[str, Site]) -> None
     module, call = build_mechanism(name, site), call_for(name, site)
     order = torch.tensor([4, 0, 5, 2, 1, 3])
     if site is Site.CROSS:
-        permuted = call.run(module, key=call.key[:, order], value=call.value[:, order], mask=call.mask[..., order])
+        boxes = None if call.boxes is None else call.boxes[:, order]
+        permuted = call.run(module, key=call.key[:, order], value=call.value[:, order], mask=call.mask[..., order],
+                            context=cross_context(boxes, call.valid_keys[:, order]))
         torch.testing.assert_close(permuted.out, call.run(module).out)
         return
     real = call.valid_queries[:, order]

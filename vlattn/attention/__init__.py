@@ -27,6 +27,8 @@ from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
 from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.attention.sla import StackedLatentAttention
+from vlattn.attention.stacked import StackedAttention
 from vlattn.config import lookup, parse_options
 from vlattn.errors import ConfigError
 
@@ -35,6 +37,8 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "memory": MemoryAugmentedAttention,
     "additive": AdditiveAttention,
     "gmha": GroupMultiHeadAttention,
+    "stacked": StackedAttention,
+    "sla": StackedLatentAttention,
 }
 
 
@@ -107,6 +111,8 @@ __all__ = [
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
     "Site",
+    "StackedAttention",
+    "StackedLatentAttention",
     "StaticKVCache",
     "attention_class",
     "build_attention",

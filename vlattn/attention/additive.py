@@ -68,7 +68,16 @@ class AdditiveAttention(nn.Module):
         )  # (B, Nk, d), (B, Nk, Dk)
         hidden = torch.tanh(keys[:, None] + self.query_proj(query)[:, :, None])  # (B, Nq, Nk, d)
         logits = self.score(hidden).squeeze(-1)[:, None]  # (B, 1, Nq, Nk)
-        weights = masked_softmax(apply_logits_mask(logits, attention_logits_mask(mask, bias)))  # (B, 1, Nq, Nk)
-        used = F.dropout(weights, self.dropout, self.training)
-        out = (used @ values[:, None]).squeeze(1)  # (B, Nq, Dk)
+        weights, out = attend_values(logits, values, attention_logits_mask(mask, bias), self.dropout, self.training)
         return AttentionOutput(out, weights if need_weights else None)
+
+
+def attend_values(
+    logits: Tensor, values: Tensor, logits_mask: Tensor | None, dropout: float, training: bool
+) -> tuple[Tensor, Tensor]:
+    """Single-head softmax attention over unprojected values: ``logits`` (B, 1, Nq, Nk) with an SDPA-style
+    ``logits_mask`` (bool or float) -> weights alpha (B, 1, Nq, Nk) (before dropout) and the attended values
+    sum_k alpha_k v_k (B, Nq, Dv) of ``values`` (B, Nk, Dv); a query with no key left gets zeros."""
+    weights = masked_softmax(apply_logits_mask(logits, logits_mask))  # (B, 1, Nq, Nk)
+    used = F.dropout(weights, dropout, training)
+    return weights, (used @ values[:, None]).squeeze(1)  # (B, Nq, Dv)

@@ -29,6 +29,7 @@ from vlattn.models.transformer import (
     build_transformer,
     encoder_decoder,
 )
+from vlattn.models.updown import UpDownCaptioner, UpDownState, build_updown
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class ModelKind:
 MODELS: dict[str, ModelKind] = {
     "transformer": ModelKind("captioning", build_transformer),
     "m2": ModelKind("captioning", build_m2),
+    "updown": ModelKind("captioning", build_updown),
 }
 
 
@@ -85,9 +87,12 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoder",
     "TransformerState",
+    "UpDownCaptioner",
+    "UpDownState",
     "build_captioner",
     "build_m2",
     "build_transformer",
+    "build_updown",
     "check_model_config",
     "encoder_decoder",
     "model_kind",

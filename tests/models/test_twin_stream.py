@@ -1,0 +1,124 @@
+"""The twin-stream SLA VQA model (Sec. 3.4) and its plain stacked-attention twin: shapes, the stream exchange
+(each unit's hidden input is the other stream's previous attended value), the positional bias on the visual
+stream, padding, pooling and classifier, gradients, config errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from registry_cases import FEATURE_DIM, random_boxes
+
+from vlattn.config import ModelConfig
+from vlattn.errors import ConfigError
+from vlattn.layers.pooling import masked_mean
+from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream
+
+WORDS, ANSWERS, M = 30, 7, 8
+
+
+def twin(attention: str = "sla", seed: int = 0, **unit_options) -> TwinStreamVQA:
+    options = {"attention": {"name": attention, "options": unit_options}, "word_dim": 6, "lstm_dim": 5, "fusion_dim": 9}
+    torch.manual_seed(seed)
+    cfg = ModelConfig(kind="twin_stream", feature_dim=FEATURE_DIM, d_model=M, dropout=0.0, options=options)
+    return build_twin_stream(cfg, WORDS, ANSWERS).eval()
+
+
+def vqa_inputs(batch: int = 3, regions: int = 6, length: int = 5, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Row b has b padded regions and b padded question words."""
+    generator = torch.Generator().manual_seed(seed)
+    region_mask = torch.ones(batch, regions, dtype=torch.bool)
+    question_mask = torch.ones(batch, length, dtype=torch.bool)
+    for row in range(1, batch):
+        region_mask[row, regions - row:] = False
+        question_mask[row, length - row:] = False
+    questions = torch.randint(4, WORDS, (batch, length), generator=generator).masked_fill(~question_mask, 0)
+    return {
+        "features": torch.randn(batch, regions, FEATURE_DIM, generator=generator) * region_mask[..., None],
+        "boxes": random_boxes(batch, regions, generator),
+        "region_mask": region_mask,
+        "questions": questions,
+        "question_mask": question_mask,
+    }
+
+
+@pytest.mark.parametrize("attention", ["sla", "stacked"])
+def test_shapes_padding_and_gradients(attention: str) -> None:
+    model, inputs = twin(attention), vqa_inputs()
+    logits = model(inputs)
+    assert logits.shape == (3, ANSWERS) and torch.isfinite(logits).all()
+    noisy = {**inputs,
+             "features": inputs["features"] + 50 * torch.randn_like(inputs["features"]) * ~inputs["region_mask"][..., None],
+             "questions": torch.where(inputs["question_mask"], inputs["questions"], torch.randint_like(inputs["questions"], 4, WORDS)),
+             "boxes": torch.where(inputs["region_mask"][..., None], inputs["boxes"], torch.rand_like(inputs["boxes"]))}
+    torch.testing.assert_close(model(noisy), logits)
+    order = torch.tensor([3, 0, 5, 1, 4, 2])
+    permuted = {**inputs, **{key: inputs[key][:, order] for key in ("features", "boxes", "region_mask")}}
+    torch.testing.assert_close(model(permuted), logits)
+    model.train()
+    model(inputs).logsumexp(-1).sum().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("attention", ["sla", "stacked"])
+@pytest.mark.parametrize("units", [1, 2, 3])
+def test_streams_exchange_their_attended_values(attention: str, units: int) -> None:
+    """Visual unit 1 reads the question state, textual unit 1 the pooled image; unit t > 1 of each stream reads
+    the other stream's attended value of unit t - 1, sum_k alpha_k^(t-1) x_k."""
+    model, inputs = twin(attention, units=units), vqa_inputs()
+    queries: dict[tuple[str, int], torch.Tensor] = {}
+    for stream in ("visual", "textual"):
+        for t, unit in enumerate(getattr(model, stream).units):
+            unit.query_proj.register_forward_pre_hook(lambda _, args, key=(stream, t): queries.__setitem__(key, args[0]))
+    with torch.no_grad():
+        visual, textual = model.streams(inputs)
+        words, question = model.question(inputs["questions"], inputs["question_mask"])
+    torch.testing.assert_close(queries["visual", 0], question[:, None])
+    torch.testing.assert_close(queries["textual", 0], masked_mean(inputs["features"], inputs["region_mask"])[:, None])
+    assert len(visual.weights) == len(textual.weights) == units
+    for t in range(1, units):
+        seen = (visual.weights[t - 1][:, 0] @ inputs["features"])  # (B, 1, D)
+        read = (textual.weights[t - 1][:, 0] @ words)  # (B, 1, 2H)
+        torch.testing.assert_close(queries["visual", t], read)
+        torch.testing.assert_close(queries["textual", t], seen)
+
+
+def test_positional_bias_on_the_visual_stream_only() -> None:
+    model, inputs = twin("sla", units=2), vqa_inputs()
+    assert model.visual.positional is not None and model.textual.positional is None
+    assert model.textual.units[0].position_proj is None
+    with torch.no_grad():
+        before = model.streams(inputs)[0].weights[0]
+        model.visual.positional.proj.weight.zero_()
+        model.visual.positional.proj.bias.zero_()
+        assert (model.streams(inputs)[0].weights[0] - before).abs().amax() > 1e-3
+    plain = twin("stacked")
+    assert not hasattr(plain.visual, "positional")
+
+
+def test_pooling_and_classifier() -> None:
+    """logits = classifier([pool(conv(z_vis)), pool(conv(z_text))]) with the mean over real positions only."""
+    model, inputs = twin("sla", units=2), vqa_inputs()
+    with torch.no_grad():
+        visual, textual = model.streams(inputs)
+        pooled = []
+        for stream, state, mask in ((model.visual, visual, inputs["region_mask"]),
+                                    (model.textual, textual, inputs["question_mask"])):
+            latent = state.latent.positions[:, 0]  # (B, K, m): s^(T)
+            mean = torch.stack([latent[b, mask[b]].mean(0) for b in range(3)])
+            pooled.append(stream.readout.latent_proj(mean) + stream.readout.summary_proj(state.latent.summary[:, 0]))
+        torch.testing.assert_close(model(inputs), model.classifier(torch.cat(pooled, dim=-1)))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"attention": {"name": "additive"}}, r"model\.options\.attention\.name: unknown twin-stream attention 'additive'"),
+        ({"attention": {"name": "sla", "options": {"units": 0}}}, r"model\.options\.attention\.options\.units: must be >= 1"),
+        ({"attention": {"name": "stacked", "options": {"position": "grid"}}}, r"unknown config key model\.options\.attention\.options\.position"),
+        ({"fusion_dim": 0}, r"model\.options\.fusion_dim: must be >= 1"),
+    ],
+)
+def test_config_errors_name_the_key(options, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_twin_stream(ModelConfig(feature_dim=FEATURE_DIM, d_model=M, options=options), WORDS, ANSWERS)

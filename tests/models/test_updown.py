@@ -1,0 +1,148 @@
+"""The Up-Down captioner's own checks (the registry battery covers shapes, padding, causality, gradients, state
+dict, cached = uncached decoding and reordering for it with every top-down mechanism): Eq. 2-7 against a
+reference written out by hand, the self-critical variant's layer structure, the top-down site's refusals, the
+compute-once cache, SCST through it, and the presets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, model_inputs, tiny_inputs, tiny_model_config
+from torch import nn
+
+from vlattn.config import Spec, config_from_dict, load_config
+from vlattn.decoding import beam_search, greedy_decode
+from vlattn.errors import ConfigError
+from vlattn.models import UpDownCaptioner, build_captioner
+from vlattn.models.profile import trainable
+from vlattn.training.scst import scst_objective
+
+
+def updown(seed: int = 0, **overrides) -> UpDownCaptioner:
+    torch.manual_seed(seed)
+    overrides.setdefault("decoder_cross_attention", Spec("additive"))
+    overrides.setdefault("options", {"embed_dim": 10, "attention_dim": 8})
+    return build_captioner(tiny_model_config("updown", **overrides), VOCAB, pad_id=PAD).eval()
+
+
+def lstm_cell(cell: nn.LSTMCell, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An LSTM step written out: gates i, f, g, o (torch's order)."""
+    gates = x @ cell.weight_ih.T + cell.bias_ih + h @ cell.weight_hh.T + cell.bias_hh
+    i, f, g, o = gates.chunk(4)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def test_teacher_forcing_follows_equations_2_to_7() -> None:
+    """x1 = [h2, mean of the real regions, W_e w]; h1 = LSTM1; v_hat = sum softmax(w_a tanh(W_va v + W_ha h1)) v;
+    h2 = LSTM2([v_hat, h1]); logits = W_p h2 + b_p — one image and one word at a time."""
+    model, inputs = updown(), tiny_inputs()
+    attention = model.attention
+    with torch.no_grad():
+        logits = model(model_inputs(inputs), inputs["tokens"])
+        for b in range(3):
+            v = inputs["features"][b, inputs["region_mask"][b]]  # (n, D) real regions only
+            v_bar = v.mean(0)
+            h1 = c1 = h2 = c2 = torch.zeros(16)
+            for t, word in enumerate(inputs["tokens"][b]):
+                h1, c1 = lstm_cell(model.attention_lstm, torch.cat([h2, v_bar, model.embed.weight[word]]), h1, c1)
+                scores = attention.score(torch.tanh(attention.key_proj(v) + attention.query_proj(h1))).squeeze(-1)
+                v_hat = torch.softmax(scores, 0) @ v
+                h2, c2 = lstm_cell(model.language_lstm, torch.cat([v_hat, h1]), h2, c2)
+                torch.testing.assert_close(logits[b, t], model.output(h2))
+
+
+def self_critical_count(vocab_rows: int, embed: int, hidden: int, attention: int, features: int) -> int:
+    """self-critical.pytorch's UpDownModel, layer by layer (AttModel.py): embed, fc_embed, att_embed, logit,
+    ctx2att, core.att_lstm, core.lang_lstm, core.attention.h2att, core.attention.alpha_net."""
+    lstm = lambda inputs: 4 * hidden * (inputs + hidden) + 2 * 4 * hidden  # noqa: E731 (LSTMCell: two biases)
+    return (
+        vocab_rows * embed
+        + 2 * (features * hidden + hidden)
+        + hidden * vocab_rows + vocab_rows
+        + hidden * attention + attention
+        + lstm(embed + 2 * hidden)
+        + lstm(2 * hidden)
+        + hidden * attention + attention
+        + attention + 1
+    )
+
+
+def test_self_critical_variant_has_the_layers_of_self_critical_pytorch() -> None:
+    model = updown(options={"variant": "self_critical", "embed_dim": 10, "attention_dim": 8})
+    assert trainable(model) == self_critical_count(VOCAB, 10, 16, 8, FEATURE_DIM)
+    assert model.attention.out_dim == 16  # attention over the embedded regions (size M)
+    # ReLU after the word embedding: a negative embedding row acts as zeros
+    with torch.no_grad():
+        model.embed.weight[5] = -1.0
+        model.embed.weight[6] = -2.0
+        inputs = tiny_inputs()
+        first = model(model_inputs(inputs), torch.full((3, 1), 5))
+        torch.testing.assert_close(first, model(model_inputs(inputs), torch.full((3, 1), 6)))
+
+
+def test_box_input_and_tied_output() -> None:
+    model = updown(box_input=True, tie_embeddings=True, options={"embed_dim": 16, "attention_dim": 8})
+    assert model.output.weight is model.embed.weight
+    assert model.attention.key_proj.in_features == FEATURE_DIM + 5
+    inputs = tiny_inputs()
+    moved = inputs["boxes"].roll(1, dims=1)
+    assert not torch.allclose(model(model_inputs({**inputs, "boxes": moved}), inputs["tokens"]),
+                              model(model_inputs(inputs), inputs["tokens"]))
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"decoder_cross_attention": {"name": "mha"}},
+         r"model\.decoder_cross_attention: the Up-Down top-down site needs a mechanism that takes queries of another size"),
+        ({"decoder_cross_attention": {"name": "sla", "options": {"units": 0}}},
+         r"model\.decoder_cross_attention\.options\.units: must be >= 1"),
+        ({"tie_embeddings": True}, r"model\.tie_embeddings: the output layer \(16\) and the word embedding"),
+        ({"options": {"variant": "caffe"}}, r"model\.options\.variant: 'caffe' is not one of: paper, self_critical"),
+    ],
+)
+def test_config_errors_name_the_key(model, message) -> None:
+    data = {"kind": "updown", "d_model": 16, "decoder_cross_attention": {"name": "additive"},
+            "options": {"embed_dim": 8, "attention_dim": 8}}
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict({"model": {**data, **model}})
+
+
+@pytest.mark.parametrize("mechanism", ["additive", "sla"])
+def test_cached_decoding_projects_the_regions_once(mechanism: str) -> None:
+    model = updown(decoder_cross_attention=Spec(mechanism))
+    inputs = model_inputs(tiny_inputs())
+    calls = []
+    project = model.attention.project_key_value
+    model.attention.project_key_value = lambda key, value: calls.append(key.shape[0]) or project(key, value)
+    cached = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=3, max_len=6)
+    assert calls == [3]  # once, for the three images, before the state is expanded to beams
+    model.use_cache = False
+    uncached = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=3, max_len=6)
+    assert len(calls) > 6  # re-projected at every step
+    torch.testing.assert_close(cached.tokens, uncached.tokens)
+    torch.testing.assert_close(cached.scores, uncached.scores)
+
+
+def test_scst_trains_through_beam_search() -> None:
+    """SCST (M2's beam variant) runs unchanged: a differentiable beam search over the cached state."""
+    model = updown(decoder_cross_attention=Spec("sla")).train()
+    vocab = type("Vocab", (), {"BOS": BOS, "EOS": EOS, "PAD": PAD})()
+    reward = lambda tokens, ids: tokens.float().sum(1)  # noqa: E731 (differs between beams)
+    objective = scst_objective(reward=reward, vocab=vocab, sampling="beam", baseline="mean", num_samples=3, max_len=6)
+    batch = {**model_inputs(tiny_inputs()), "image_ids": torch.arange(3)}
+    loss, logs = objective(model, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and "reward" in logs
+    assert model.attention.units[0].key_proj.weight.grad.abs().sum() > 0
+    assert greedy_decode(model.eval(), model_inputs(tiny_inputs()), bos=BOS, eos=EOS, max_len=5).shape[0] == 3
+
+
+@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml"])
+def test_presets_build(preset: str) -> None:
+    cfg = load_config(preset, ["model.d_model=32", "model.feature_dim=12", "model.options.embed_dim=16",
+                               "model.options.attention_dim=8"])
+    model = build_captioner(cfg.model, 40)
+    assert isinstance(model, UpDownCaptioner)
+    assert len(getattr(model.attention, "units", [])) == (3 if "sla" in preset else 0)

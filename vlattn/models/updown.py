@@ -1,0 +1,284 @@
+"""The Up-Down captioner (Anderson et al. 2018, "Bottom-Up and Top-Down Attention for Image Captioning and
+Visual Question Answering", Sec. 3.2, Eq. 2-7, Fig. 3): two LSTM layers around a top-down attention over the
+detector regions.
+
+    x^1_t   = [h^2_{t-1}, v_bar, W_e Pi_t]          attention LSTM input (Eq. 2); v_bar: mean of the real regions
+    h^1_t   = LSTM_1(x^1_t, h^1_{t-1})
+    v_hat_t = TopDown(h^1_t, {v_i})                 Eq. 3-5, the mechanism of ``model.decoder_cross_attention``
+    x^2_t   = [v_hat_t, h^1_t]                      language LSTM input (Eq. 6)
+    h^2_t   = LSTM_2(x^2_t, h^2_{t-1})
+    p(y_t)  = softmax(W_p h^2_t + b_p)              Eq. 7
+
+The top-down site takes any registered mechanism that accepts queries of another size than its keys
+(``additive`` by default, ``stacked``, ``sla``); the language LSTM reads the mechanism's ``out_dim``, so one that
+returns several attended vectors side by side (CATT's in-sample and cross-sample outputs) plugs in unchanged.
+The site's context carries the regions' boxes (SLA's positional bias). There is no dropout on attention weights
+(neither the paper nor the released codes have it).
+
+Sizes: ``model.d_model`` is the LSTM size M (1,000 in the paper, 1024 by default here), ``options.embed_dim``
+the word embedding E (1,000 in the paper), ``options.attention_dim`` the attention's hidden size H (512).
+
+Variants (``options.variant``):
+
+- ``paper``: the paper's equations, which are also the layer structure of the authors' released Caffe code
+  (peteanderson80/Up-Down-Captioner, ``scripts/create_caption_lstm.py``): attention over the raw region
+  features, v_bar their mean, the attended D-d feature into the language LSTM. ``model.dropout`` applies to h^2
+  before the output layer; the released code has no dropout (set it to 0).
+- ``self_critical``: the layer structure of self-critical.pytorch's ``UpDownModel``
+  (``captioning/models/AttModel.py``), which most later Up-Down work (CATT among it) builds on: the regions are
+  embedded by Linear(D -> M) + ReLU + dropout before the attention (its ``att_embed``), the pooled feature by its
+  own Linear(D -> M) + ReLU + dropout (``fc_embed``), the word embeddings are followed by ReLU + dropout, and h^2
+  by dropout.
+
+What still differs from the released codes (benchmarks/RESULTS.md, "Up-Down parameters", counts every
+parameter): torch's ``LSTMCell`` has two bias vectors (b_ih, b_hh) where Caffe's LSTM has one (self-critical.pytorch
+has torch's two); the registry's additive attention has biases in W_va and W_ha where the Caffe layers have
+none; the vocabulary keeps separate PAD/BOS/EOS/UNK rows where self-critical.pytorch shares row 0 for BOS, EOS
+and padding; the initialisation is torch's default (Caffe: Gaussian std 0.01, forget-gate bias 1).
+
+Decoding (``encode``/``step``/``reorder``): with ``use_cache`` the state carries the LSTM states after the
+tokens consumed so far and the attention's compute-once cache of per-image projections (W_va v for additive
+attention, every unit's W_v v for SLA), so one step costs one cell; without it, ``step`` re-runs the
+recurrence over the whole prefix. Beam search, sampling and SCST drive it as any captioner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from vlattn.attention import (
+    AttentionContext,
+    AttentionDims,
+    Site,
+    StaticKVCache,
+    attention_class,
+    build_attention,
+    check_placement,
+    reorder_state,
+)
+from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.errors import ConfigError
+from vlattn.layers import BoxGeometry
+from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
+from vlattn.layers.pooling import masked_mean
+
+ModelInputs = Mapping[str, Tensor]
+TOP_DOWN_SITE = "decoder_cross_attention"
+
+
+@dataclass
+class UpDownOptions:
+    """``model.options`` of kind ``updown`` (see the module docstring)."""
+
+    variant: Literal["paper", "self_critical"] = "paper"
+    embed_dim: int = bounded(1024, ge=1)
+    attention_dim: int = bounded(512, ge=1)
+
+
+@dataclass
+class Regions:
+    """The image as the decoder reads it: ``features`` (B, N, Dk) the attended set, ``mask`` (B, N) bool
+    (True = real region), ``pooled`` (B, Dp) the pooled feature v_bar, ``geometry`` the boxes."""
+
+    features: Tensor
+    mask: Tensor
+    pooled: Tensor
+    geometry: BoxGeometry
+
+
+@dataclass
+class LSTMStates:
+    """(h, c) of the attention LSTM and of the language LSTM, (B, M) each."""
+
+    attention: tuple[Tensor, Tensor]
+    language: tuple[Tensor, Tensor]
+
+
+@dataclass
+class UpDownCache:
+    """The recurrence after ``steps`` tokens and the top-down attention's compute-once cache."""
+
+    lstm: LSTMStates
+    attention: StaticKVCache
+    steps: int = 0
+
+
+@dataclass
+class UpDownState:
+    """Decoding state: the prepared ``regions`` and, when caching, the :class:`UpDownCache`."""
+
+    regions: Regions
+    cache: UpDownCache | None = None
+
+
+class UpDownCaptioner(nn.Module):
+    """Attention LSTM -> top-down attention -> language LSTM -> word (module docstring). Parts are injected:
+    ``word_input``/``region_input``/``pooled_input`` map the embedded words (B, E), the region features
+    (B, N, D) and their mean (B, D) to what the LSTMs and the attention read (identity for the paper variant)."""
+
+    def __init__(
+        self, embed: nn.Embedding, word_input: nn.Module, region_input: nn.Module, pooled_input: nn.Module,
+        attention_lstm: nn.LSTMCell, attention: nn.Module, language_lstm: nn.LSTMCell, output: nn.Linear,
+        dropout: float, box_input: bool = False, use_cache: bool = True,
+    ) -> None:
+        super().__init__()
+        self.embed = embed
+        self.word_input = word_input
+        self.region_input = region_input
+        self.pooled_input = pooled_input
+        self.attention_lstm = attention_lstm
+        self.attention = attention
+        self.language_lstm = language_lstm
+        self.dropout = nn.Dropout(dropout)
+        self.output = output
+        self.box_input = box_input
+        self.use_cache = use_cache
+
+    def prepare(self, inputs: ModelInputs) -> Regions:
+        """The regions of ``inputs`` (features (B,N,D), boxes (B,N,4) normalised, region_mask (B,N))."""
+        features, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
+        if self.box_input:
+            features = with_box_channels(features, boxes)  # (B, N, D + 5)
+        pooled = self.pooled_input(masked_mean(features, mask))  # (B, Dp)
+        return Regions(self.region_input(features), mask, pooled, BoxGeometry(boxes, mask))
+
+    def initial_states(self, regions: Regions) -> LSTMStates:
+        """Zero states of both LSTMs."""
+        zeros = regions.pooled.new_zeros(regions.pooled.shape[0], self.attention_lstm.hidden_size)  # (B, M)
+        return LSTMStates((zeros, zeros), (zeros, zeros))
+
+    def cell(
+        self, words: Tensor, states: LSTMStates, regions: Regions, cache: StaticKVCache | None
+    ) -> tuple[Tensor, LSTMStates]:
+        """One time step for the input ``words`` (B,): h^2_t (B, M) and the new states."""
+        embedded = self.word_input(self.embed(words))  # (B, E)
+        h1, c1 = self.attention_lstm(torch.cat([states.language[0], regions.pooled, embedded], dim=-1), states.attention)
+        context = AttentionContext(Site.CROSS, geometry=regions.geometry)
+        attended = self.attention(
+            h1[:, None], regions.features, regions.features, mask=regions.mask[:, None, None, :], cache=cache,
+            context=context,
+        ).out[:, 0]  # (B, out_dim)
+        h2, c2 = self.language_lstm(torch.cat([attended, h1], dim=-1), states.language)
+        return h2, LSTMStates((h1, c1), (h2, c2))
+
+    def run(self, tokens: Tensor, regions: Regions, cache: StaticKVCache | None) -> Tensor:
+        """h^2 (B, T, M) for the input ``tokens`` (B, T) from the zero state."""
+        states, hidden = self.initial_states(regions), []
+        for t in range(tokens.shape[1]):
+            h2, states = self.cell(tokens[:, t], states, regions, cache)
+            hidden.append(h2)
+        return torch.stack(hidden, dim=1)
+
+    def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
+        """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V); per-image projections computed once."""
+        return self.output(self.dropout(self.run(tokens, self.prepare(inputs), StaticKVCache())))
+
+    def encode(self, inputs: ModelInputs, use_cache: bool | None = None) -> UpDownState:
+        """State for decoding (with a cache unless ``use_cache`` is False, default ``self.use_cache``)."""
+        regions = self.prepare(inputs)
+        caching = self.use_cache if use_cache is None else use_cache
+        return UpDownState(regions, UpDownCache(self.initial_states(regions), StaticKVCache()) if caching else None)
+
+    def step(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
+        """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), and the new state."""
+        cache = state.cache
+        if cache is None:
+            hidden = self.run(tokens, state.regions, None)[:, -1]  # (B, M)
+            return self.output(self.dropout(hidden)).log_softmax(dim=-1), state
+        if tokens.shape[1] != cache.steps + 1:
+            raise ValueError(f"step: the state has consumed {cache.steps} tokens, so it needs {cache.steps + 1}, "
+                             f"got {tokens.shape[1]}")
+        hidden, lstm = self.cell(tokens[:, -1], cache.lstm, state.regions, cache.attention)
+        log_probs = self.output(self.dropout(hidden)).log_softmax(dim=-1)
+        return log_probs, UpDownState(state.regions, UpDownCache(lstm, cache.attention, cache.steps + 1))
+
+    def reorder(self, state: UpDownState, index: Tensor) -> UpDownState:
+        """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
+        return reorder_state(state, index)
+
+
+def embedding_layer(input_dim: int, output_dim: int, dropout: float) -> nn.Sequential:
+    """self-critical.pytorch's feature embeddings: Linear + ReLU + dropout."""
+    return nn.Sequential(nn.Linear(input_dim, output_dim), nn.ReLU(), nn.Dropout(dropout))
+
+
+@dataclass
+class VariantParts:
+    """The variant-specific parts: word, region and pooled-feature inputs and the sizes they produce."""
+
+    word_input: nn.Module
+    region_input: nn.Module
+    pooled_input: nn.Module
+    region_dim: int
+    pooled_dim: int
+
+
+def paper_parts(feature_dim: int, hidden: int, dropout: float) -> VariantParts:
+    """Raw features and their mean (Eq. 2-6; the released Caffe code)."""
+    return VariantParts(nn.Identity(), nn.Identity(), nn.Identity(), feature_dim, feature_dim)
+
+
+def self_critical_parts(feature_dim: int, hidden: int, dropout: float) -> VariantParts:
+    """self-critical.pytorch: ReLU + dropout after the word embedding, embedded regions and pooled feature."""
+    return VariantParts(
+        nn.Sequential(nn.ReLU(), nn.Dropout(dropout)),
+        embedding_layer(feature_dim, hidden, dropout),  # att_embed
+        embedding_layer(feature_dim, hidden, dropout),  # fc_embed
+        hidden,
+        hidden,
+    )
+
+
+VARIANTS: dict[str, Callable[[int, int, float], VariantParts]] = {
+    "paper": paper_parts,
+    "self_critical": self_critical_parts,
+}
+
+
+def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key_dim: int) -> nn.Module:
+    """The mechanism of ``model.decoder_cross_attention`` at the top-down site (queries: the attention LSTM's
+    h^1 (``query_dim``), keys and values: the regions (``key_dim``)); refused with a ``ConfigError`` unless it
+    takes queries of another size than its keys and its capabilities allow a cross site with box geometry."""
+    spec, where = getattr(cfg, TOP_DOWN_SITE), f"model.{TOP_DOWN_SITE}"
+    if not attention_class(spec.name, where).capabilities.query_dim_differs:
+        raise ConfigError(
+            f"{where}: the Up-Down top-down site needs a mechanism that takes queries of another size than its keys "
+            f"(e.g. additive, stacked, sla); {spec.name!r} does not"
+        )
+    dims = AttentionDims(attention_dim, cfg.num_heads, 0.0, query_dim, key_dim)
+    check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True)
+    return build_attention(
+        spec.name, d_model=attention_dim, num_heads=cfg.num_heads, query_dim=query_dim, key_dim=key_dim,
+        options=spec.options, where=where,
+    )
+
+
+def build_updown(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> UpDownCaptioner:
+    """The Up-Down captioner described by ``cfg``: it reads ``feature_dim``, ``d_model`` (M), ``dropout``,
+    ``box_input``, ``tie_embeddings``, ``output_bias``, the top-down site ``decoder_cross_attention`` and
+    ``options`` (:class:`UpDownOptions`); the other keys configure Transformer stacks."""
+    options = parse_options(UpDownOptions, cfg.options, "model.options")
+    hidden = cfg.d_model
+    if cfg.tie_embeddings and options.embed_dim != hidden:
+        raise ConfigError(
+            f"model.tie_embeddings: the output layer ({hidden}) and the word embedding "
+            f"(model.options.embed_dim = {options.embed_dim}) must have one size"
+        )
+    feature_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
+    parts = VARIANTS[options.variant](feature_dim, hidden, cfg.dropout)
+    embed = nn.Embedding(vocab_size, options.embed_dim, padding_idx=pad_id)
+    attention_lstm = nn.LSTMCell(hidden + parts.pooled_dim + options.embed_dim, hidden)
+    attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim)
+    language_lstm = nn.LSTMCell(attention.out_dim + hidden, hidden)
+    output = nn.Linear(hidden, vocab_size, bias=cfg.output_bias)
+    if cfg.tie_embeddings:
+        output.weight = embed.weight
+    return UpDownCaptioner(
+        embed, parts.word_input, parts.region_input, parts.pooled_input, attention_lstm, attention, language_lstm,
+        output, cfg.dropout, box_input=cfg.box_input,
+    )
