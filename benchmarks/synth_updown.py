@@ -80,7 +80,8 @@ def main() -> None:
         cfg = load_config(config, [f"data.root={args.data}", *args.overrides])
         vocab = Vocabulary.load(args.runs / f"{name}-s{args.seeds[0]}" / "vocab.json")
         parameters = trainable(build_captioner(cfg.model, len(vocab)))
-        rows.append(f"| {label} | {parameters:,} | " + " | ".join(spread([r[m] for r in results]) for m in METRICS) + " |")
+        cells = [spread([r[m] for r in results]) if all(m in r for r in results) else "n/a" for m in METRICS]
+        rows.append(f"| {label} | {parameters:,} | " + " | ".join(cells) + " |")
         seeds_rows.append(f"| {label} | " + " | ".join(f"{r['CIDEr']:.3f}" for r in results) + " |")
         for seed in args.seeds:
             curve = ", ".join(f"{value:.3f}" for value in val_curve(args.runs / f"{name}-s{seed}"))
@@ -94,11 +95,16 @@ def main() -> None:
         commands.append(f".venv/bin/vlattn --threads 1 eval --checkpoint {run_dir} --split test")
     commands.append(f".venv/bin/python benchmarks/synth_updown.py --data {args.data} --runs {args.runs} "
                     f"--seeds {' '.join(map(str, args.seeds))}{sets}")
+    cfg = load_config(MODELS["Up-Down + SLA"][1], [f"data.root={args.data}", *args.overrides])
+    model, train = cfg.model, cfg.train
+    sla = model.decoder_cross_attention.options
     body = f"""Synthetic data set {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
-5 captions each, 512-d region features). configs/updown-demo.yaml (Up-Down, additive top-down attention: LSTMs 256,
-embedding 128, attention 128, box channels appended to the features, 8 XE epochs, batch 50, lr 1e-3 x0.8 every 3
-epochs from epoch 4, dropout 0.3) vs configs/updown-sla-demo.yaml (the same with SLA at the top-down site: T = 3,
-ReLU, positional bias from the boxes, mean pooling); overrides `{' '.join(args.overrides) or 'none'}`. Same budget:
+5 captions each, 512-d region features). configs/updown-demo.yaml (Up-Down, additive top-down attention: LSTMs
+{model.d_model}, embedding {model.options['embed_dim']}, attention {model.options['attention_dim']}, box channels appended to the
+features, {train.epochs} XE epochs, batch {train.batch_size}, lr {train.schedule.options['base_lr']:g} x{train.schedule.options['decay_factor']:g} every
+{train.schedule.options['decay_every']} epochs after epoch {train.schedule.options['decay_start_epoch']}, dropout {model.dropout}) vs configs/updown-sla-demo.yaml (the same with SLA at
+the top-down site: T = {sla['units']}, {sla['activation']}, positional bias from the {sla['position']}, {sla['pooling']} pooling);
+overrides `{' '.join(args.overrides) or 'none'}`. Same budget:
 same epochs, batches and schedule; seeds {', '.join(map(str, args.seeds))} (model initialisation and data order);
 best checkpoint by validation CIDEr-D (greedy), test split, beam 3; mean ± sample standard deviation over the seeds.
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache
+from vlattn.attention.cache import KVCache, fetch_projections
 from vlattn.attention.mha import apply_logits_mask, attention_logits_mask, masked_softmax
 
 
@@ -61,11 +61,7 @@ class AdditiveAttention(nn.Module):
         need_weights: bool = False,
     ) -> AttentionOutput:
         """Attend ``query`` (B, Nq, Dq) over ``key``/``value`` (B, Nk, Dk); ``out`` (B, Nq, Dk)."""
-        keys, values = (
-            self.project_key_value(key, value)
-            if cache is None
-            else cache.fetch(lambda: self.project_key_value(key, value))
-        )  # (B, Nk, d), (B, Nk, Dk)
+        keys, values = fetch_projections(cache, lambda: self.project_key_value(key, value))  # (B, Nk, d), (B, Nk, Dk)
         hidden = torch.tanh(keys[:, None] + self.query_proj(query)[:, :, None])  # (B, Nq, Nk, d)
         logits = self.score(hidden).squeeze(-1)[:, None]  # (B, 1, Nq, Nk)
         weights, out = attend_values(logits, values, attention_logits_mask(mask, bias), self.dropout, self.training)

@@ -59,6 +59,11 @@ class StaticKVCache(KVCache):
         return self.key, self.value
 
 
+def fetch_projections(cache: KVCache | None, project: Projector) -> tuple[Tensor, Tensor]:
+    """``project()`` without a cache, else through it (appended or computed once)."""
+    return project() if cache is None else cache.fetch(project)
+
+
 def reorder_state(state: Any, index: Tensor) -> Any:
     """Select batch rows ``index`` (B',) of every tensor in a nested state: dataclasses (field by field),
     dicts, lists, tuples, and objects with their own ``reorder(index)`` (caches, box geometry)."""

@@ -55,10 +55,10 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.attention.additive import attend_values
-from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache
+from vlattn.attention.base import AttentionContext, AttentionDims, Capabilities, Site
+from vlattn.attention.cache import KVCache, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
-from vlattn.attention.stacked import AttentionUnit, StackTrace, stacked_keys
+from vlattn.attention.stacked import AttentionUnit, StackTrace, UnitStack
 from vlattn.config import bounded
 from vlattn.errors import ConfigError
 from vlattn.layers.boxes import BOX_CHANNELS, box_channels
@@ -215,7 +215,7 @@ class LatentReadout(nn.Module):
         return self.pool(latent.positions, valid, self.latent_proj) + self.summary_proj(latent.summary)
 
 
-class StackedLatentAttention(nn.Module):
+class StackedLatentAttention(UnitStack):
     """T SLA units and the pooled readout (see the module docstring).
 
     ``forward(query (B,Nq,Dq), key (B,Nk,Dk), value (B,Nk,Dk), context=...)`` -> ``out`` (B, Nq, Dk); ``weights``
@@ -248,10 +248,6 @@ class StackedLatentAttention(nn.Module):
         self.units = latent_units(dims.k_dim, dims.q_dim, dims.d_model, options.activation, bias_dim, options.units)
         self.readout = LatentReadout(dims.d_model, dims.k_dim, dims.k_dim, options.pooling)
 
-    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Every unit's per-image term (B, T, Nk, m) and the values as they are (B, Nk, Dk)."""
-        return stacked_keys(self.units, key), value
-
     def run_units(
         self, keys: Tensor, values: Tensor, query: Tensor, bias_pos: Tensor | None, logits_mask: Tensor | None
     ) -> StackTrace:
@@ -270,24 +266,6 @@ class StackedLatentAttention(nn.Module):
         cache: KVCache | None = None, context: AttentionContext | None = None,
     ) -> StackTrace:
         """Run the positional bias and the stack; see :class:`~vlattn.attention.stacked.StackTrace`."""
-        keys, values = (
-            self.project_key_value(key, value) if cache is None else cache.fetch(lambda: self.project_key_value(key, value))
-        )  # (B, T, Nk, m), (B, Nk, Dk)
+        keys, values = fetch_projections(cache, lambda: self.project_key_value(key, value))  # (B,T,Nk,m), (B,Nk,Dk)
         bias_pos = None if self.positional is None else self.positional(query, key, context)  # (B, Nq, Nk, P)
         return self.run_units(keys, values, query, bias_pos, attention_logits_mask(mask, bias))
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        cache: KVCache | None = None,
-        context: AttentionContext | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """Attend ``query`` (B, Nq, Dq) over ``key``/``value`` (B, Nk, Dk); ``out`` (B, Nq, Dk)."""
-        trace = self.trace(query, key, value, mask=mask, bias=bias, cache=cache, context=context)
-        return AttentionOutput(trace.out, trace.weights[-1] if need_weights else None)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.additive import attend_values
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache
+from vlattn.attention.cache import KVCache, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
 from vlattn.config import bounded
 
@@ -78,7 +78,41 @@ def stacked_keys(units: nn.ModuleList, key: Tensor) -> Tensor:
     return torch.stack([unit.project_keys(key) for unit in units], dim=1)
 
 
-class StackedAttention(nn.Module):
+class UnitStack(nn.Module):
+    """What the stacks of units share: every unit's per-image keys, and ``forward`` = :meth:`trace` with the last
+    unit's weights. Subclasses hold ``units`` and implement ``trace``."""
+
+    units: nn.ModuleList
+
+    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Every unit's per-image term (B, T, Nk, m) and the values as they are (B, Nk, Dk)."""
+        return stacked_keys(self.units, key), value
+
+    def trace(
+        self, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
+        cache: KVCache | None = None, context: AttentionContext | None = None,
+    ) -> StackTrace:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        cache: KVCache | None = None,
+        context: AttentionContext | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Attend ``query`` (B, Nq, Dq) over ``key``/``value`` (B, Nk, Dk) through T units; ``out`` (B, Nq, Dk),
+        ``weights`` the last unit's (B, 1, Nq, Nk)."""
+        trace = self.trace(query, key, value, mask=mask, bias=bias, cache=cache, context=context)
+        return AttentionOutput(trace.out, trace.weights[-1] if need_weights else None)
+
+
+class StackedAttention(UnitStack):
     """T stacked attention units, each unit's attended value the next unit's query (Sec. 3.2).
 
     ``forward(query (B,Nq,Dq), key (B,Nk,Dk), value (B,Nk,Dk))`` -> ``out`` (B, Nq, Dk) = z^(T); ``weights``
@@ -106,18 +140,12 @@ class StackedAttention(nn.Module):
             for t in range(options.units)
         )
 
-    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Every unit's W_v v (B, T, Nk, m) and the values as they are (B, Nk, Dk)."""
-        return stacked_keys(self.units, key), value
-
     def trace(
         self, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | None = None, context: AttentionContext | None = None,
     ) -> StackTrace:
-        """Run the stack; see :class:`StackTrace`."""
-        keys, values = (
-            self.project_key_value(key, value) if cache is None else cache.fetch(lambda: self.project_key_value(key, value))
-        )  # (B, T, Nk, m), (B, Nk, Dk)
+        """Run the stack; see :class:`StackTrace` (``context`` is not used)."""
+        keys, values = fetch_projections(cache, lambda: self.project_key_value(key, value))  # (B,T,Nk,m), (B,Nk,Dk)
         logits_mask = attention_logits_mask(mask, bias)
         hidden, latents, weights = query, [], []
         for t, unit in enumerate(self.units):
@@ -126,19 +154,3 @@ class StackedAttention(nn.Module):
             latents.append(latent)
             weights.append(alpha)
         return StackTrace(latents, weights, hidden)
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        cache: KVCache | None = None,
-        context: AttentionContext | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """Attend ``query`` (B, Nq, Dq) over ``key``/``value`` (B, Nk, Dk) through T units; ``out`` (B, Nq, Dk)."""
-        trace = self.trace(query, key, value, mask=mask, bias=bias, cache=cache)
-        return AttentionOutput(trace.out, trace.weights[-1] if need_weights else None)
