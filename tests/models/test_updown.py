@@ -146,3 +146,11 @@ def test_presets_build(preset: str) -> None:
     model = build_captioner(cfg.model, 40)
     assert isinstance(model, UpDownCaptioner)
     assert len(getattr(model.attention, "units", [])) == (3 if "sla" in preset else 0)
+
+
+def test_cached_step_needs_every_token_so_far() -> None:
+    model, inputs = updown(), tiny_inputs()
+    state = model.encode(model_inputs(inputs))
+    _, state = model.step(inputs["tokens"][:, :1], state)
+    with pytest.raises(ValueError, match="the state has consumed 1 tokens, so it needs 2, got 3"):
+        model.step(inputs["tokens"][:, :3], state)
