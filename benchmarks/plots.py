@@ -53,7 +53,7 @@ def draw_panel(draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont, origin: tup
 
     for value in (edges[0], (edges[0] + edges[-1]) / 2, edges[-1]):
         draw.line([px(value), y1, px(value), y1 + 4], fill=(0, 0, 0))
-        draw.text((px(value) - 14, y1 + 6), tick(value), fill=(0, 0, 0), font=font)
+        draw.text((px(value) - draw.textlength(tick(value), font=font) / 2, y1 + 6), tick(value), fill=(0, 0, 0), font=font)
     for decade in range(int(y_max) + 1):
         y = y1 - decade / y_max * (y1 - y0)
         draw.line([x0 - 4, y, x0, y], fill=(0, 0, 0))
@@ -61,7 +61,7 @@ def draw_panel(draw: ImageDraw.ImageDraw, font: ImageFont.ImageFont, origin: tup
     for curve in panel.curves:
         draw.line([(px(c), py(n)) for c, n in zip(centres, curve.counts)], fill=curve.color, width=2)
     draw.text((x0, origin[1] + 8), panel.title, fill=(0, 0, 0), font=font)
-    draw.text((x0 + (x1 - x0) / 2 - 40, y1 + 22), x_label, fill=(0, 0, 0), font=font)
+    draw.text(((x0 + x1 - draw.textlength(x_label, font=font)) / 2, y1 + 22), x_label, fill=(0, 0, 0), font=font)
 
 
 def histogram_figure(path: str | Path, rows: list[tuple[list[Panel], Sequence[float], str]], y_label: str) -> None:
