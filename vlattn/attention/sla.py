@@ -33,8 +33,9 @@ No official code exists; every choice the paper leaves open, and ours:
    box channels (x1, y1, x2, y2, area) from the context's geometry: "what is in the sky" can still raise every
    region near the top. ``position: none`` — z^(0) = v (the Table 2 ablation without the bias). Sec. 4.1.4 calls
    the map "non-linear": ours is linear and meets sigma inside s^(1).
-7. Output: "at the end of the attention chain, a pooling layer summarises the spatial information" (Sec. 3.3)
-   and Sec. 3.4 puts "a convolutional and pooling layer" after the stack. We apply a 1x1 convolution W_o from
+7. Output: "at the end of the attention chain, a pooling layer is used to summarize information on the spatial
+   domain" (Sec. 3.3), and the twin-stream model feeds each stream's output "through a separate convolutional and
+   pooling layer" (Sec. 3.4). We apply a 1x1 convolution W_o from
    the m + D channels of z^(T) to D, then ``pooling`` (mean, the default, or max) over the real positions, so
    the output has the values' size like every mechanism of the registry ("a direct replacement", Sec. 1).
    With mean pooling it is computed as W_o applied to the pooled z^(T) (the same value, K times cheaper).
