@@ -24,7 +24,8 @@ open there hold here too. Those of this model:
    1x1 convolutions, FC (2F -> F) + ReLU + dropout, linear classifier (F -> C). F = ``fusion_dim``.
 4. The paper's image features are a 14 x 14 ResNet grid, L2-normalised per cell, with the ``grid`` positional
    bias; detector regions use the ``boxes`` bias. We do not normalise the features (do it in the feature store
-   if wanted). Question length, word size (300) and bi-LSTM size (512 per direction) follow Sec. 4.1.2.
+   if wanted). Word size (300) and bi-LSTM size (512 per direction) follow Sec. 4.1.2; its question length (the
+   first 26 words) is a setting of the VQA data pipeline.
 5. ``model.options.attention`` names the units: ``sla`` (options of :class:`StackedLatentAttention`; T, sigma,
    positional bias, pooling) or ``stacked`` (plain units of :class:`StackedAttention`: no latent pathway and no
    positional bias; each stream's output is its last attended value a^(T), projected to F by a linear layer).
