@@ -139,7 +139,7 @@ class UpDownCaptioner(nn.Module):
         self.box_input = box_input
         self.use_cache = use_cache
 
-    def prepare(self, inputs: ModelInputs) -> Regions:
+    def read_regions(self, inputs: ModelInputs) -> Regions:
         """The regions of ``inputs`` (features (B,N,D), boxes (B,N,4) normalised, region_mask (B,N))."""
         features, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
         if self.box_input:
@@ -176,11 +176,11 @@ class UpDownCaptioner(nn.Module):
 
     def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
         """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V); per-image projections computed once."""
-        return self.output(self.dropout(self.run(tokens, self.prepare(inputs), StaticKVCache())))
+        return self.output(self.dropout(self.run(tokens, self.read_regions(inputs), StaticKVCache())))
 
     def encode(self, inputs: ModelInputs, use_cache: bool | None = None) -> UpDownState:
         """State for decoding (with a cache unless ``use_cache`` is False, default ``self.use_cache``)."""
-        regions = self.prepare(inputs)
+        regions = self.read_regions(inputs)
         caching = self.use_cache if use_cache is None else use_cache
         return UpDownState(regions, UpDownCache(self.initial_states(regions), StaticKVCache()) if caching else None)
 
