@@ -63,6 +63,12 @@ def test_gradients_reach_every_parameter(case: ModelCase) -> None:
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
 
 
+def test_word_embeddings_are_exposed(case: ModelCase) -> None:
+    """Data-dependent initialisation (``prepare`` hooks) reads every captioner's word embedding table."""
+    embeddings = case.build().word_embeddings
+    assert isinstance(embeddings, torch.nn.Embedding) and embeddings.num_embeddings == VOCAB
+
+
 def test_state_dict_round_trip(case: ModelCase) -> None:
     model, other, inputs = case.build(seed=0), case.build(seed=9), tiny_inputs()
     assert not torch.allclose(logits_of(other, inputs), logits_of(model, inputs))

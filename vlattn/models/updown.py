@@ -139,6 +139,11 @@ class UpDownCaptioner(nn.Module):
         self.box_input = box_input
         self.use_cache = use_cache
 
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The word embedding table (V, E) (data-dependent initialisation reads it)."""
+        return self.embed
+
     def read_regions(self, inputs: ModelInputs) -> Regions:
         """The regions of ``inputs`` (features (B,N,D), boxes (B,N,4) normalised, region_mask (B,N))."""
         features, boxes, mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
