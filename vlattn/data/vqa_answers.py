@@ -15,6 +15,14 @@ from vlattn.errors import DataError
 from vlattn.metrics.vqa import normalize_answer
 
 
+def accuracy_of_count(matches: int, humans: int) -> float:
+    """Official accuracy of an answer that ``matches`` of ``humans`` human answers agree with (leave-one-out
+    mean of min(1, matches among the others / 3))."""
+    kept = (humans - matches) * min(1.0, matches / 3)
+    left_out = matches * min(1.0, (matches - 1) / 3)
+    return (kept + left_out) / humans
+
+
 class AnswerVocabulary:
     """Candidate answers (normalised) for classification-style VQA, most frequent first."""
 
@@ -47,9 +55,15 @@ class AnswerVocabulary:
         return self.stoi.get(normalize_answer(answer))
 
     def soft_scores(self, answers: Sequence[str]) -> dict[int, float]:
-        """Soft target {index: min(1, #humans giving that answer / 3)} over the candidates among ``answers``."""
+        """Soft targets {index: score} over the candidates among the human ``answers`` (normalised).
+
+        The score of a candidate given by n of the M humans is the official accuracy that answer would
+        get, the mean over each human left out of min(1, matches among the others / 3):
+        ((M - n) min(1, n/3) + n min(1, (n-1)/3)) / M, which for M = 10 is 0, 0.3, 0.6, 0.9, 1 for
+        n = 0, 1, 2, 3, >= 4 (MCAN's and bottom-up-attention-vqa's ``get_score`` table).
+        """
         counts = Counter(normalize_answer(answer) for answer in answers)
-        return {self.stoi[a]: min(1.0, count / 3) for a, count in counts.items() if a in self.stoi}
+        return {self.stoi[a]: accuracy_of_count(n, len(answers)) for a, n in counts.items() if a in self.stoi}
 
     def save(self, path: str | Path) -> None:
         """Write ``{"answers": [...]}`` JSON atomically."""

@@ -1,5 +1,7 @@
 """Models and their registry of kinds (``ModelConfig.kind`` -> :class:`ModelKind`: the task the kind serves
-and its builder; captioners are built as ``build(cfg, vocab_size, pad_id)``).
+and its builder). Captioners are built as ``build(cfg, vocab_size, pad_id)``; VQA models as
+``build(cfg, num_words, num_answers, pad_id)`` and map the inputs mapping to answer logits (B, A), with a
+``question`` :class:`QuestionEncoder` (word embeddings + RNN).
 
 Builders validate everything they read (kind options, each site's mechanism, options and placement,
 feed-forward) with ``ConfigError``s naming the key; :func:`check_model_config` runs a builder on the meta
@@ -20,7 +22,9 @@ from vlattn.errors import ConfigError
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
+from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.meshed import MeshedCrossAttention
+from vlattn.models.question import QuestionEncoder
 from vlattn.models.transformer import (
     ModelInputs,
     Parts,
@@ -43,6 +47,7 @@ class ModelKind:
 MODELS: dict[str, ModelKind] = {
     "transformer": ModelKind("captioning", build_transformer),
     "m2": ModelKind("captioning", build_m2),
+    "mcan": ModelKind("vqa", build_mcan),
 }
 
 
@@ -63,6 +68,11 @@ def build_captioner(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> nn.Mo
     return model_kind(cfg.kind, "captioning").build(cfg, vocab_size, pad_id)
 
 
+def build_vqa_model(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> nn.Module:
+    """Build the VQA model of kind ``cfg.kind``; unknown kinds list the valid ones."""
+    return model_kind(cfg.kind, "vqa").build(cfg, num_words, num_answers, pad_id)
+
+
 def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
     """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
     returns the model built on the meta device (its structure, no data)."""
@@ -70,7 +80,15 @@ def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
         return build_captioner(cfg, vocab_size)
 
 
+def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device."""
+    with torch.device("meta"):
+        return build_vqa_model(cfg, size, size)
+
+
 __all__ = [
+    "MCAN",
     "MODELS",
     "ModelKind",
     "CrossAttentionSite",
@@ -81,14 +99,18 @@ __all__ = [
     "MeshedCrossAttention",
     "ModelInputs",
     "Parts",
+    "QuestionEncoder",
     "TransformerCaptioner",
     "TransformerDecoder",
     "TransformerEncoder",
     "TransformerState",
     "build_captioner",
     "build_m2",
+    "build_mcan",
     "build_transformer",
+    "build_vqa_model",
     "check_model_config",
+    "check_vqa_model_config",
     "encoder_decoder",
     "model_kind",
 ]

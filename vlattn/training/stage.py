@@ -170,7 +170,7 @@ def run_stage(
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
     trainer = Trainer(
         model=model,
-        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay),
+        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
         schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
                         lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
