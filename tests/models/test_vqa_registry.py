@@ -14,7 +14,7 @@ from vlattn.attention import AttentionContext, Site
 from vlattn.config import ModelConfig, config_from_dict, load_config
 from vlattn.errors import ConfigError
 from vlattn.layers import StdLayerNorm
-from vlattn.models import build_vqa_model, check_model_config
+from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.mcan import MCAN
 from vlattn.models.reduction import AttentionalReduction
 
@@ -132,7 +132,7 @@ def test_large_preset_dimensions() -> None:
 )
 def test_site_placement_errors_name_the_key(site: str, name: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        config_from_dict({"model": {"kind": "mcan", "d_model": 16, "num_heads": 2, site: {"name": name}}})
+        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2, site: {"name": name}}})
 
 
 def test_geometry_only_at_the_image_self_attention() -> None:
@@ -151,7 +151,7 @@ def test_geometry_only_at_the_image_self_attention() -> None:
     ATTENTION["needs-boxes"] = NeedsBoxes
     try:
         with pytest.raises(ConfigError, match=r"model\.encoder_self_attention: attention 'needs-boxes' needs box geometry"):
-            check_model_config(tiny_model_config("mcan", {"encoder_self_attention": "needs-boxes"}))
+            check_vqa_model_config(tiny_model_config("mcan", {"encoder_self_attention": "needs-boxes"}))
         model = build_vqa_model(tiny_model_config("mcan", {"decoder_self_attention": "needs-boxes"}), VOCAB, ANSWERS)
         inputs = tiny_vqa_inputs()
         model(inputs)
@@ -165,11 +165,11 @@ def test_geometry_only_at_the_image_self_attention() -> None:
 
 def test_options_and_kind_errors() -> None:
     with pytest.raises(ConfigError, match=r"model\.options\.layer_norm: 'x' is not one of: paper, official"):
-        config_from_dict({"model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
+        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
     with pytest.raises(ConfigError, match=r"model\.options\.flat_glimpses: must be >= 1"):
-        config_from_dict({"model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
+        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
     with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: m2, mcan, transformer"):
-        config_from_dict({"model": {"kind": "nope"}})
+        config_from_dict({"task": "vqa", "model": {"kind": "nope"}})
 
 
 def test_official_layer_norm_matches_the_released_formula() -> None:
@@ -206,7 +206,7 @@ def test_box_input_widens_the_projection() -> None:
 
 
 def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
-    with pytest.raises(ConfigError, match=r"model\.kind: unknown captioning model kind 'mcan'"):
+    with pytest.raises(ConfigError, match=r"model\.kind: 'mcan' is a vqa model, but the config's task is 'captioning'"):
         from vlattn.models import build_captioner
 
         build_captioner(ModelConfig(kind="mcan"), 10)

@@ -49,7 +49,7 @@ from vlattn.config import ModelConfig, bounded, parse_options
 from vlattn.layers import BoxGeometry, PostNorm, StdLayerNorm
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.models.encoder import EncoderLayer
-from vlattn.models.question import QuestionEncoder
+from vlattn.models.question import QuestionEncoder, question_encoder
 from vlattn.models.reduction import AttentionalReduction
 from vlattn.models.transformer import Parts
 
@@ -138,6 +138,10 @@ class MCAN(nn.Module):
         self.classifier = classifier
         self.box_input = box_input
 
+    def backbone_layers(self) -> list[nn.Module]:
+        """The encoder and decoder layers (the backbone counted by the LW paper's Table II)."""
+        return [*self.backbone.encoder, *self.backbone.decoder]
+
     def fused(self, inputs: Mapping[str, Tensor]) -> Tensor:
         """The fused, normalised question-image vector (B, flat_out) before the classifier."""
         features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
@@ -194,7 +198,7 @@ def build_mcan(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int =
         return AttentionalReduction(d, options.flat_hidden or d, options.flat_glimpses, flat_out, cfg.dropout)
 
     return MCAN(
-        question=QuestionEncoder(num_words, options.word_dim, d, pad_id),
+        question=question_encoder(num_words, options.word_dim, d, pad_id, cfg.word_vectors),
         image_proj=nn.Linear(cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0), d),
         backbone=backbone,
         reduce_question=reduction(),

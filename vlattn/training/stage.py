@@ -56,7 +56,8 @@ FIXED_ON_RESUME = ("task", "model", "data")
 class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
-    hooks."""
+    hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -195,6 +196,9 @@ def run_stage(
         device=dev,
         ctx=ctx,
     )
+    summary = getattr(data, "summary", None)  # optional: sizes of the stage's data for the run log
+    if summary is not None:
+        trainer.log.write("data", 0, stage=stage.name, **summary())
     if prepared:
         trainer.log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
     if resume and source is not None and source.train_state is not None:
