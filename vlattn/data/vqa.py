@@ -240,17 +240,22 @@ class VQADataset(Dataset):
             raise DataError("annotations and an answer vocabulary go together")
         self.store, self.words, self.answers, self.source = store, words, answers, source
         self.max_regions, self.max_question_len, self.zero_image = max_regions, max_question_len, zero_image
-        self.questions = [q for q in questions if self._keep(q, annotations, unanswerable)]
+        self.questions: list[Question] = []
+        self.targets: list[dict[int, float]] = []  # soft targets, computed once (with annotations)
+        for question in questions:
+            if annotations is None:
+                self.questions.append(question)
+            elif (scores := self._scores(question, annotations, unanswerable)) is not None:
+                self.questions.append(question)
+                self.targets.append(scores)
         self.skipped = len(questions) - len(self.questions)
         if not self.questions:
             raise DataError("no questions left for the dataset", path=source or store.path)
-        self.targets = None if annotations is None else [annotations[q.question_id].answers for q in self.questions]
         require_ids(store, sorted({q.image_id for q in self.questions}), feature_dim)
 
-    def _keep(self, question: Question, annotations: dict[int, Annotation] | None, unanswerable: str) -> bool:
-        """Check ``question`` against its annotation; False when it is unanswerable and skipped."""
-        if annotations is None:
-            return True
+    def _scores(self, question: Question, annotations: dict[int, Annotation], unanswerable: str) -> dict[int, float] | None:
+        """The soft target of ``question`` ({answer index: score}), checked against its annotation; None when
+        it is unanswerable and skipped."""
         where = f"question {question.question_id}"
         annotation = annotations.get(question.question_id)
         if annotation is None:
@@ -259,12 +264,13 @@ class VQADataset(Dataset):
             mismatch = f"annotation image {annotation.image_id} != question image {question.image_id}"
             raise DataError(mismatch, path=self.source, item=where)
         assert self.answers is not None
-        if self.answers.soft_scores(annotation.answers) or unanswerable == "keep":
-            return True
+        scores = self.answers.soft_scores(annotation.answers)
+        if scores or unanswerable == "keep":
+            return scores
         if unanswerable == "error":
             unknown = sorted(set(annotation.answers))
             raise DataError(f"no human answer is in the answer vocabulary: {unknown}", path=self.source, item=where)
-        return False
+        return None
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -285,9 +291,9 @@ class VQADataset(Dataset):
             "regions": self.regions(question.image_id),
             "question": encode_question(self.words, question.question, self.max_question_len),
         }
-        if self.targets is not None and self.answers is not None:
+        if self.answers is not None:
             target = np.zeros(len(self.answers), dtype=np.float32)
-            for answer_index, score in self.answers.soft_scores(self.targets[index]).items():
+            for answer_index, score in self.targets[index].items():
                 target[answer_index] = score
             item["target"] = target
         return item

@@ -165,13 +165,13 @@ def read_split(root: Path, cfg: DataConfig, split: str) -> VQASplit:
     return load_split(split, questions, annotations)
 
 
-def build_vocabularies(root: Path, cfg: DataConfig) -> tuple[Vocabulary, AnswerVocabulary]:
-    """Question words of ``vocab_splits`` and the frequent training answers (see the module docstring)."""
-    train = read_split(root, cfg, "train")
+def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
+    """Question words of ``data.vocab_splits`` and the frequent training answers (see the module docstring)."""
+    cfg, train = data.config, data.split("train")
     if train.annotations is None:
         raise DataError("the train split has no annotations to take candidate answers from", path=train.sources[0])
-    texts = [q for split in cfg.vocab_splits for q in (train if split == "train" else read_split(root, cfg, split)).questions]
-    words = build_question_vocabulary(texts, cfg.vocab_min_count)
+    words = build_question_vocabulary((q for split in cfg.vocab_splits for q in data.split(split).questions),
+                                      cfg.vocab_min_count)
     answers = AnswerVocabulary.build((a.multiple_choice_answer for a in train.annotations.values()),
                                      min_count=cfg.answer_min_count)
     if not len(answers):
@@ -183,10 +183,10 @@ def build_vocabularies(root: Path, cfg: DataConfig) -> tuple[Vocabulary, AnswerV
 def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
     """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
     root = Path(cfg.root)
-    store = open_store(root / cfg.features)
+    data = VQAData(root, cfg, words or Vocabulary([]), answers or AnswerVocabulary([]), open_store(root / cfg.features))
     if words is None or answers is None:
-        words, answers = build_vocabularies(root, cfg)
-    return VQAData(root, cfg, words, answers, store)
+        data.words, data.answers = build_vocabularies(data)
+    return data
 
 
 def checkpoint_vocabularies(checkpoint: Checkpoint) -> tuple[Vocabulary, AnswerVocabulary]:
