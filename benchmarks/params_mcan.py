@@ -64,8 +64,8 @@ regions and 14 words (MCAN's padding sizes), attention products included.
   2 x 1,024 LayerNorm) + 6 x 4,204,032 (SGA: two attentions, FFN, three LayerNorms): the paper's 44.1M.
 - MAdds {small['madds'] / 1e9:.3f} G: the projections and FFNs over 14 words (6 layers) and 100 regions
   (6 layers, plus the guided attention's key/value projections of the 14 words), and the attention products
-  (14 x 14, 100 x 100, 100 x 14 per head): the paper's 2.58G, so its count is one question with 100 regions and
-  14 words as well.
+  (14 x 14, 100 x 100, 100 x 14 per head): the paper's 2.58G to the digits it gives, consistent with its count
+  being one question at MCAN's padding sizes (the paper does not state the shapes).
 - The rest of MCAN-small: question encoder (embedding {WORDS:,} x 300 + LSTM(300 -> 512) 1,667,072), region
   projection 2048 x 512 + 512, two attentional reductions (512 -> 512 -> 1 glimpse, merge 512 -> 1024), the fusion
   LayerNorm and the classifier 1024 x {ANSWERS:,} + {ANSWERS:,}."""

@@ -31,7 +31,6 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +75,6 @@ from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.stage import Stage
-
-ANSWER_TYPES = ("yes/no", "number", "other")
-
 
 # --- data and model ---------------------------------------------------------------------------------------
 
