@@ -211,3 +211,12 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
 
         build_captioner(ModelConfig(kind="mcan"), 10)
     assert isinstance(build_vqa_model(tiny_model_config("mcan", options={"word_dim": 10}), VOCAB, ANSWERS), MCAN)
+
+
+@pytest.mark.parametrize("preset", ["configs/vqa-mcan.yaml", "configs/vqa-mcan-large.yaml", "configs/vqa-demo.yaml"])
+def test_vqa_presets_load_and_build(preset: str) -> None:
+    cfg = load_config(preset)
+    assert cfg.task == "vqa" and cfg.train.schedule.name == "mcan" and cfg.data.max_question_len == 14
+    with torch.device("meta"):
+        model = build_vqa_model(cfg.model, 100, 20)
+    assert len(model.backbone_layers()) == cfg.model.encoder_layers + cfg.model.decoder_layers
