@@ -73,6 +73,10 @@ def test_eval_table_matches_the_results_file(trained: Path, vqa_data: Path) -> N
     assert report["overall"] >= 90  # one-hot colour and shape features: the model learns them
     table = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--split", "val", "--device", "cpu"]).stdout
     assert "overall" in table and "what color is the" in table and "results:" in table
+    # evaluation keeps the question no candidate answers ("paper"), and counts it
+    train = json.loads(runner.invoke(app, ["eval", "--checkpoint", str(trained), "--split", "train", "--json",
+                                           "--device", "cpu"]).stdout)
+    assert (train["questions"], train["unanswerable"]) == (73, 1) and train["perQuestionType"]["what is"] == 0.0
 
 
 def test_eval_of_a_split_without_annotations_writes_the_results_file(trained: Path, vqa_data: Path, tmp_path: Path) -> None:

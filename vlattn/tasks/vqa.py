@@ -327,7 +327,7 @@ def answer(
     dev = pick_device(device)
     model = load_model(checkpoint, words, answers, store.dim, dev)
     dataset = VQADataset([Question(0, image_id, question)], None, store, words, None, max_regions=cfg.data.max_regions,
-                         max_question_len=cfg.data.max_question_len)
+                         max_question_len=cfg.data.max_question_len, zero_image=cfg.data.zero_image)
     scores = predict(model, dataset, batch_size=1, device=dev)[0]
     best = scores.topk(min(top, len(answers)))
     read = [words.itos[i] for i in dataset[0]["question"]]
@@ -388,7 +388,7 @@ class VisualQuestionAnswering:
                                   "results": str(results)}
         annotations = data.split(split).annotations
         if annotations is not None:
-            unanswerable = sum(not answers.soft_scores(annotations[qid].answers) for qid in predictions)
+            unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
             report.update(unanswerable=unanswerable, **evaluate_vqa(predictions, annotations).to_dict())
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
