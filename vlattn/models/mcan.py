@@ -138,6 +138,11 @@ class MCAN(nn.Module):
         self.classifier = classifier
         self.box_input = box_input
 
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The question word embeddings (for ``prepare`` hooks, as captioners expose theirs)."""
+        return self.question.word_embedding
+
     def backbone_layers(self) -> list[nn.Module]:
         """The encoder and decoder layers (the backbone counted by the LW paper's Table II)."""
         return [*self.backbone.encoder, *self.backbone.decoder]

@@ -138,10 +138,9 @@ class VQAData:
         """Training regions, the question words with their training counts and the model's word embeddings."""
         questions = self.split("train").questions
         regions = RegionSampler(self.store, sorted({q.image_id for q in questions}), self.config.max_regions)
-        counts = Counter(i for q in questions for i in encode_question(self.words, q.question, self.config.max_question_len))
-        word_counts = torch.zeros(len(self.words), dtype=torch.long)
-        word_counts[list(counts)] = torch.tensor(list(counts.values()), dtype=torch.long)
-        embedding = model.question.word_embedding.weight.detach().clone()
+        words = [i for q in questions for i in encode_question(self.words, q.question, self.config.max_question_len)]
+        word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.words))  # (V,)
+        embedding = model.word_embeddings.weight.detach().clone()
         return PrepareResources(seed=seed, regions=regions, word_counts=word_counts, word_embeddings=embedding,
                                 words=self.words)
 
