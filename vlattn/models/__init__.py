@@ -1,7 +1,7 @@
 """Models and their registry of kinds (``ModelConfig.kind`` -> :class:`ModelKind`: the task the kind serves
 and its builder). Captioners are built as ``build(cfg, vocab_size, pad_id)``; VQA models as
-``build(cfg, num_words, num_answers, pad_id)`` and map the inputs mapping to answer logits (B, A), with a
-``question`` :class:`QuestionEncoder` (word embeddings + RNN).
+``build(cfg, num_words, num_answers, pad_id)``, map the inputs mapping to answer logits (B, A) and expose
+``word_embeddings`` (MCAN's come from the shared :class:`QuestionEncoder`).
 
 Builders validate everything they read (kind options, each site's mechanism, options and placement,
 feed-forward) with ``ConfigError``s naming the key; :func:`check_model_config` runs a builder on the meta

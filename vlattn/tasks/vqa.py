@@ -140,9 +140,11 @@ class VQAData:
         regions = RegionSampler(self.store, sorted({q.image_id for q in questions}), self.config.max_regions)
         words = [i for q in questions for i in encode_question(self.words, q.question, self.config.max_question_len)]
         word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.words))  # (V,)
-        embedding = model.word_embeddings.weight.detach().clone()
-        return PrepareResources(seed=seed, regions=regions, word_counts=word_counts, word_embeddings=embedding,
-                                words=self.words)
+        embeddings = getattr(model, "word_embeddings", None)
+        return PrepareResources(
+            seed=seed, regions=regions, word_counts=word_counts, words=self.words,
+            word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
+        )
 
 
 def split_files(root: Path, cfg: DataConfig, split: str) -> tuple[list[Path], list[Path]]:
