@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
     cfg = load_config(CONFIG, [f"data.root={args.data}"])
-    rows, commands, curves = [], [], []
+    rows, curves = [], []
+    commands = [f".venv/bin/vlattn --threads 1 data synth --out {args.data}"]
     for name, overrides in RUNS.items():
         run = run_dir(args.runs, name)
         report = json.loads(Path(f"{run}.eval.json").read_text())
@@ -67,10 +68,10 @@ def main() -> None:
     per_type = "\n".join(
         f"| {kind} | {mcan['perQuestionType'][kind]:.2f} | {blind['perQuestionType'][kind]:.2f} | "
         f"{prior['perQuestionType'][kind]:.2f} |" for kind in mcan["perQuestionType"])
-    body = f"""Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val / 200 test,
-5 questions per image with ten simulated answers each, 512-d region features). MCAN of {CONFIG} ({shape}; the full
-config is in each run's config.yaml), best checkpoint by validation accuracy, test split ({mcan['questions']:,}
-questions), official VQA accuracy in percent. "Image zeroed" is the same model and training with every region
+    body = f"""Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val /
+200 test, 5 questions per image with ten simulated answers each, 512-d region features). MCAN of {CONFIG}
+({shape}; the full config is in each run's config.yaml), best checkpoint by validation accuracy, test split
+({mcan['questions']:,} questions), official VQA accuracy in percent. "Image zeroed" is the same model and training with every region
 feature and box set to zero (`data.zero_image=true`), in training and evaluation: what the questions alone
 allow. The majority baseline answers every question with the most frequent training answer of its question
 type.
