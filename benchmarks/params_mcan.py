@@ -13,7 +13,7 @@ from results import parse_args, publish
 
 from vlattn.config import load_config
 from vlattn.models import build_vqa_model
-from vlattn.models.profile import backbone_report, count_parameters
+from vlattn.models.profile import backbone_madds_of, backbone_parameters, count_parameters
 from vlattn.tasks.base import ProfileShapes
 from vlattn.tasks.vqa import VQA, vqa_batch
 
@@ -28,7 +28,8 @@ def measure(config: str) -> tuple[dict, dict, dict]:
     model = build_vqa_model(cfg.model, WORDS, ANSWERS).eval()
     shapes = VQA.profile_shapes
     single = vqa_batch(ProfileShapes(1, shapes.regions, shapes.length, WORDS, 1, ANSWERS), cfg.model.feature_dim)
-    return components(model), count_parameters(model), backbone_report(model, lambda: model(single))
+    backbone = {"parameters": backbone_parameters(model), "madds": backbone_madds_of(model, lambda: model(single))}
+    return components(model), count_parameters(model), backbone
 
 
 def main() -> None:

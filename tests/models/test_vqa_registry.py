@@ -216,7 +216,7 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
 @pytest.mark.parametrize("preset", ["configs/vqa-mcan.yaml", "configs/vqa-mcan-large.yaml", "configs/vqa-demo.yaml"])
 def test_vqa_presets_load_and_build(preset: str) -> None:
     cfg = load_config(preset)
-    assert cfg.task == "vqa" and cfg.train.schedule.name == "mcan" and cfg.data.max_question_len == 14
+    assert cfg.task == "vqa" and cfg.train.schedule.name == "warmup_multistep" and cfg.data.max_question_len == 14
     with torch.device("meta"):
         model = build_vqa_model(cfg.model, 100, 20)
     assert len(model.backbone_layers()) == cfg.model.encoder_layers + cfg.model.decoder_layers

@@ -13,7 +13,7 @@ human answers is a candidate (the ``data`` record of ``metrics.jsonl``); evaluat
 what they score).
 
 Stage ``train``: binary cross-entropy on the soft scores of the ten human answers (each candidate's official
-accuracy: 0/0.3/0.6/0.9/1), reduced per ``train.bce_reduction``; ``train.schedule`` (MCAN: ``mcan``),
+accuracy: 0/0.3/0.6/0.9/1), reduced per ``train.bce_reduction``; ``train.schedule`` (MCAN: ``warmup_multistep``),
 ``train.epochs``, ``train.batch_size``; validation accuracy (official, in percent) selects the best
 checkpoint. ``model.word_vectors`` initialises the question word embeddings from a local GloVe-format file
 once, before the first epoch of a fresh run (a ``prepare`` hook of the question encoder).
