@@ -71,6 +71,9 @@ def test_eval_table_matches_the_results_file(trained: Path, vqa_data: Path) -> N
     assert report["perAnswerType"]["yes/no"] == pytest.approx(round(sum(yes_no) / len(yes_no), 2))
     assert set(report["perQuestionType"]) == {"what color is the", "what shape is", "is it"}
     assert report["overall"] >= 90  # one-hot colour and shape features: the model learns them
+    assert report["data_root"] == str(vqa_data.resolve())
+    beam = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--beam-size", "3", "--device", "cpu"])
+    assert beam.exit_code != 0 and "--beam-size: a VQA model answers by classification" in str(beam.exception)
     table = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--split", "val", "--device", "cpu"]).stdout
     assert "overall" in table and "what color is the" in table and "results:" in table
     # evaluation keeps the question no candidate answers ("paper"), and counts it

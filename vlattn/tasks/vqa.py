@@ -374,6 +374,8 @@ class VisualQuestionAnswering:
         accuracy table under :func:`~vlattn.tasks.base.output_dir`; returns the report."""
         cfg = checkpoint.config
         split = request.split or "val"
+        if request.beam_size is not None:
+            raise ConfigError("--beam-size: a VQA model answers by classification, without decoding; leave it out")
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
         words, answers = checkpoint_vocabularies(checkpoint)
@@ -385,7 +387,8 @@ class VisualQuestionAnswering:
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
         write_vqa_results(results, predictions)
-        report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path), "questions": len(predictions),
+        report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
+                                  "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
         annotations = data.split(split).annotations
         if annotations is not None:
