@@ -11,7 +11,8 @@ than the config's is refused when the config loads (:func:`model_kind`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -73,17 +74,33 @@ def build_vqa_model(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: 
     return model_kind(cfg.kind, "vqa").build(cfg, num_words, num_answers, pad_id)
 
 
+@contextlib.contextmanager
+def without_initialisation() -> Iterator[None]:
+    """Make every ``torch.nn.init`` function a no-op for the duration: weights built on the meta device have no
+    values to initialise, and running the initialisers there imports ``torch._dynamo`` (seconds of start-up
+    for every command that loads a config)."""
+    names = [name for name in dir(nn.init) if name.endswith("_") and not name.startswith("_")]
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
     """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
     returns the model built on the meta device (its structure, no data)."""
-    with torch.device("meta"):
+    with torch.device("meta"), without_initialisation():
         return build_captioner(cfg, vocab_size)
 
 
 def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
     """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
     returns the model built on the meta device."""
-    with torch.device("meta"):
+    with torch.device("meta"), without_initialisation():
         return build_vqa_model(cfg, size, size)
 
 
