@@ -1,11 +1,12 @@
 """Shared test helpers over the registries (the idea of timm's ``tests/test_models.py``): every attention
 mechanism at every site its capabilities allow, with inputs shaped for that site, and tiny models of every
-model kind with each mechanism at each site it allows.
+model kind (captioners and VQA models) with each mechanism at each site it allows.
 
 The per-mechanism, per-feed-forward and per-model batteries (``tests/models/test_attention_registry.py``,
-``tests/models/test_feed_forward_registry.py``, ``tests/models/test_model_registry.py``) are parametrised by
-:func:`placements`, :func:`feed_forward_names` and :func:`model_cases`, so a new mechanism, feed-forward or
-model kind is tested as soon as it is registered.
+``tests/models/test_feed_forward_registry.py``, ``tests/models/test_model_registry.py``,
+``tests/models/test_vqa_registry.py``) are parametrised by :func:`placements`, :func:`feed_forward_names`,
+:func:`model_cases` and :func:`vqa_model_cases`, so a new mechanism, feed-forward or model kind is tested as soon
+as it is registered.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from torch import Tensor, nn
 from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
 from vlattn.config import ModelConfig, Spec
 from vlattn.layers import FEED_FORWARD, BoxGeometry, build_feed_forward
-from vlattn.models import MODELS, build_captioner
+from vlattn.models import MODELS, build_captioner, build_vqa_model
 
 D, H = 16, 4  # attention width and heads of the mechanism battery
 Q_DIM = 12  # query size at cross sites of mechanisms that accept queries of another size
 VOCAB, FEATURE_DIM = 23, 12
+ANSWERS = 9  # candidate answers of the tiny VQA models
 BOS, EOS, PAD = 1, 2, 0
 
 
@@ -56,6 +58,14 @@ VARIED_SITES: dict[str, dict[str, SiteKind]] = {
         "decoder_cross_attention": SiteKind(Site.CROSS),
     },
     "updown": {"decoder_cross_attention": SiteKind(Site.CROSS, geometry=True, query_dim_differs=True)},
+}
+
+
+# the attention sites of the VQA models (MCAN's names): site kind and whether the site provides boxes
+VQA_SITES = {
+    "encoder_self_attention": (Site.ENCODER_SELF, False),  # question self-attention
+    "decoder_self_attention": (Site.ENCODER_SELF, True),  # image self-attention
+    "decoder_cross_attention": (Site.CROSS, False),  # question-guided attention over the regions
 }
 
 
@@ -206,6 +216,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {},
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
     "updown": {"decoder_cross_attention": Spec("additive"), "options": {"embed_dim": 10, "attention_dim": 8}},
+    "mcan": {"options": {"word_dim": 10}},
 }
 
 
@@ -271,3 +282,39 @@ def tiny_inputs(batch: int = 3, regions: int = 6, length: int = 7, seed: int = 1
 def model_inputs(inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The model-input mapping of :func:`tiny_inputs` (everything but the tokens)."""
     return {k: v for k, v in inputs.items() if k != "tokens"}
+
+
+# --- VQA models -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VQAModelCase(ModelCase):
+    """A tiny VQA model of one kind with the given attention specs at its sites."""
+
+    def build(self, seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return build_vqa_model(self.config(), VOCAB, ANSWERS, pad_id=PAD).eval()
+
+
+def vqa_model_cases() -> list[VQAModelCase]:
+    """Every VQA model kind with its defaults, and MCAN with every mechanism at every site it allows (with
+    boxes only at the image self-attention)."""
+    cases = [VQAModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "vqa"]
+    for site_key, (site, has_geometry) in VQA_SITES.items():
+        for name, placed in placements():
+            needs_geometry = ATTENTION[name].capabilities.needs_geometry
+            if placed is site and name != "mha" and (has_geometry or not needs_geometry):
+                cases.append(VQAModelCase("mcan", {site_key: name}))
+    return cases
+
+
+def tiny_vqa_inputs(batch: int = 3, regions: int = 6, words: int = 5, seed: int = 1) -> dict[str, Tensor]:
+    """VQA model inputs: :func:`tiny_inputs` regions (row b has b padded regions) and ``questions`` (B, L) of
+    word ids padded after the words (row b has b padded words) with ``question_mask`` (B, L)."""
+    inputs = model_inputs(tiny_inputs(batch, regions, seed=seed))
+    generator = torch.Generator().manual_seed(seed + 1)
+    mask = torch.ones(batch, words, dtype=torch.bool)
+    for row in range(1, batch):
+        mask[row, words - row:] = False
+    questions = torch.randint(3, VOCAB, (batch, words), generator=generator).masked_fill(~mask, PAD)
+    return {**inputs, "questions": questions, "question_mask": mask}

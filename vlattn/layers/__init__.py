@@ -5,7 +5,7 @@ from vlattn.layers.feedforward import FEED_FORWARD, FeedForward, GroupFeedForwar
 from vlattn.layers.geometry import BoxGeometry
 from vlattn.layers.grouped import GroupedLinear
 from vlattn.layers.positional import PositionTable, SinusoidalPositions, sinusoidal_positions
-from vlattn.layers.sublayer import PostNorm
+from vlattn.layers.sublayer import PostNorm, StdLayerNorm
 
 __all__ = [
     "FEED_FORWARD",
@@ -16,6 +16,7 @@ __all__ = [
     "PositionTable",
     "PostNorm",
     "SinusoidalPositions",
+    "StdLayerNorm",
     "build_feed_forward",
     "sinusoidal_positions",
 ]

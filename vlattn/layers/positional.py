@@ -19,9 +19,12 @@ from torch import Tensor, nn
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """The (length, d_model) table of sinusoidal encodings for positions 0..length-1."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]  # (L, 1)
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(length, d_model)
+    # computed on the CPU even inside a ``torch.device("meta")`` context (config validation builds models there;
+    # ``arange`` on the meta device would import torch._dynamo, seconds of start-up for every command)
+    cpu = torch.device("cpu")
+    position = torch.arange(length, dtype=torch.float32, device=cpu)[:, None]  # (L, 1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=cpu) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model, device=cpu)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
     return table

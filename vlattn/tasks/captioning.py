@@ -52,7 +52,7 @@ from vlattn.models.profile import (
     flops_train_step,
     latency,
 )
-from vlattn.tasks.base import EvalRequest, ProfileShapes, output_dir
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
@@ -130,11 +130,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
-    if store_dim is not None and store_dim != cfg.model.feature_dim:
-        raise ConfigError(
-            f"model.feature_dim={cfg.model.feature_dim} but the feature store holds {store_dim}-d regions; "
-            f"set --set model.feature_dim={store_dim}"
-        )
+    check_feature_dim(cfg.model, store_dim)
     return build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
 
 
@@ -354,6 +350,7 @@ class Captioning:
 
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
     def check(self, cfg: Config) -> None:
         """Build the captioner on the meta device (every model option, site and mechanism is checked) and check

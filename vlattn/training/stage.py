@@ -56,7 +56,8 @@ FIXED_ON_RESUME = ("task", "model", "data")
 class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
-    hooks."""
+    hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -170,7 +171,7 @@ def run_stage(
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
     trainer = Trainer(
         model=model,
-        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay),
+        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
         schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
                         lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
@@ -195,6 +196,9 @@ def run_stage(
         device=dev,
         ctx=ctx,
     )
+    summary = getattr(data, "summary", None)  # optional: sizes of the stage's data for the run log
+    if summary is not None:
+        trainer.log.write("data", 0, stage=stage.name, **summary())
     if prepared:
         trainer.log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
     if resume and source is not None and source.train_state is not None:
