@@ -30,7 +30,6 @@ ANSWERS = 9  # candidate answers of the tiny VQA models
 BOS, EOS, PAD = 1, 2, 0
 
 
-
 @dataclass(frozen=True)
 class SiteKind:
     """A model's attention site as the battery varies it: its kind, whether its context carries box geometry,
@@ -58,14 +57,11 @@ VARIED_SITES: dict[str, dict[str, SiteKind]] = {
         "decoder_cross_attention": SiteKind(Site.CROSS),
     },
     "updown": {"decoder_cross_attention": SiteKind(Site.CROSS, geometry=True, query_dim_differs=True)},
-}
-
-
-# the attention sites of the VQA models (MCAN's names): site kind and whether the site provides boxes
-VQA_SITES = {
-    "encoder_self_attention": (Site.ENCODER_SELF, False),  # question self-attention
-    "decoder_self_attention": (Site.ENCODER_SELF, True),  # image self-attention
-    "decoder_cross_attention": (Site.CROSS, False),  # question-guided attention over the regions
+    "mcan": {
+        "encoder_self_attention": SiteKind(Site.ENCODER_SELF),  # question self-attention
+        "decoder_self_attention": SiteKind(Site.ENCODER_SELF, geometry=True),  # image self-attention
+        "decoder_cross_attention": SiteKind(Site.CROSS),  # question-guided attention over the regions
+    },
 }
 
 
@@ -217,6 +213,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
     "updown": {"decoder_cross_attention": Spec("additive"), "options": {"embed_dim": 10, "attention_dim": 8}},
     "mcan": {"options": {"word_dim": 10}},
+    "twin_stream": {"options": {"word_dim": 10, "lstm_dim": 6, "fusion_dim": 12, "attention": {"name": "sla", "options": {"units": 2}}}},
 }
 
 
@@ -240,6 +237,9 @@ KIND_VARIANTS: list[ModelCase] = [
         "encoder_self_attention": Spec("memory", {"slots": 5, "init": "official"}),
         "options": {"residual": "official", "positions": "table", "init": "official"},
     }),
+    ModelCase("twin_stream", label="stacked", overrides={"options": {
+        **KIND_DEFAULTS["twin_stream"]["options"], "attention": {"name": "stacked", "options": {"units": 2}}, "features": "raw",
+        "init": "torch"}}),
 ]
 
 
@@ -249,16 +249,23 @@ def default_mechanism(kind: str, site_key: str) -> str:
     return spec.name if spec is not None else getattr(ModelConfig(), site_key).name
 
 
-def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, each kind of
-    :data:`VARIED_SITES` with every other mechanism at every site that accepts it, and the Transformer with every
-    feed-forward."""
-    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"] + KIND_VARIANTS
+def task_cases(task: str, case: type[ModelCase]) -> list[ModelCase]:
+    """Every model kind of ``task`` with its defaults and its :data:`KIND_VARIANTS`, and each of its kinds in
+    :data:`VARIED_SITES` with every other mechanism at every site that accepts it, as ``case`` objects."""
+    kinds = {kind for kind, entry in MODELS.items() if entry.task == task}
+    cases = [case(kind) for kind in sorted(kinds)]
+    cases += [case(v.kind, v.sites, v.overrides, v.label) for v in KIND_VARIANTS if v.kind in kinds]
     for kind, sites in VARIED_SITES.items():
         for site_key, site in sites.items():
             for name in sorted(ATTENTION):
-                if site.accepts(name) and name != default_mechanism(kind, site_key):
-                    cases.append(ModelCase(kind, {site_key: name}))
+                if kind in kinds and site.accepts(name) and name != default_mechanism(kind, site_key):
+                    cases.append(case(kind, {site_key: name}))
+    return cases
+
+
+def model_cases() -> list[ModelCase]:
+    """:func:`task_cases` of the captioners, and the Transformer with every feed-forward."""
+    cases = task_cases("captioning", ModelCase)
     cases += [ModelCase("transformer", {"feed_forward": name}) for name in feed_forward_names() if name != "plain"]
     return cases
 
@@ -297,15 +304,9 @@ class VQAModelCase(ModelCase):
 
 
 def vqa_model_cases() -> list[VQAModelCase]:
-    """Every VQA model kind with its defaults, and MCAN with every mechanism at every site it allows (with
-    boxes only at the image self-attention)."""
-    cases = [VQAModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "vqa"]
-    for site_key, (site, has_geometry) in VQA_SITES.items():
-        for name, placed in placements():
-            needs_geometry = ATTENTION[name].capabilities.needs_geometry
-            if placed is site and name != "mha" and (has_geometry or not needs_geometry):
-                cases.append(VQAModelCase("mcan", {site_key: name}))
-    return cases
+    """:func:`task_cases` of the VQA models (MCAN with every mechanism at every site it allows, boxes only at
+    the image self-attention)."""
+    return task_cases("vqa", VQAModelCase)  # type: ignore[return-value]
 
 
 def tiny_vqa_inputs(batch: int = 3, regions: int = 6, words: int = 5, seed: int = 1) -> dict[str, Tensor]:

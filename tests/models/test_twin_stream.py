@@ -11,13 +11,14 @@ from registry_cases import FEATURE_DIM, random_boxes
 from vlattn.config import ModelConfig
 from vlattn.errors import ConfigError
 from vlattn.layers.pooling import masked_mean
-from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream
+from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream, question_state
 
 WORDS, ANSWERS, M = 30, 7, 8
 
 
-def twin(attention: str = "sla", seed: int = 0, **unit_options) -> TwinStreamVQA:
-    options = {"attention": {"name": attention, "options": unit_options}, "word_dim": 6, "lstm_dim": 5, "fusion_dim": 9}
+def twin(attention: str = "sla", seed: int = 0, model_options: dict | None = None, **unit_options) -> TwinStreamVQA:
+    options = {"attention": {"name": attention, "options": unit_options}, "word_dim": 6, "lstm_dim": 5, "fusion_dim": 9,
+               "features": "raw", **(model_options or {})}
     torch.manual_seed(seed)
     cfg = ModelConfig(kind="twin_stream", feature_dim=FEATURE_DIM, d_model=M, dropout=0.0, options=options)
     return build_twin_stream(cfg, WORDS, ANSWERS).eval()
@@ -72,7 +73,8 @@ def test_streams_exchange_their_attended_values(attention: str, units: int) -> N
             unit.query_proj.register_forward_pre_hook(lambda _, args, key=(stream, t): queries.__setitem__(key, args[0]))
     with torch.no_grad():
         visual, textual = model.streams(inputs)
-        words, question = model.question(inputs["questions"], inputs["question_mask"])
+        words = model.question(inputs["questions"], inputs["question_mask"])
+        question = question_state(words, inputs["question_mask"])
     torch.testing.assert_close(queries["visual", 0], question[:, None])
     torch.testing.assert_close(queries["textual", 0], masked_mean(inputs["features"], inputs["region_mask"])[:, None])
     assert len(visual.weights) == len(textual.weights) == units
@@ -108,6 +110,37 @@ def test_pooling_and_classifier() -> None:
             mean = torch.stack([latent[b, mask[b]].mean(0) for b in range(3)])
             pooled.append(stream.readout.latent_proj(mean) + stream.readout.summary_proj(state.latent.summary[:, 0]))
         torch.testing.assert_close(model(inputs), model.classifier(torch.cat(pooled, dim=-1)))
+
+
+def test_question_state_is_each_directions_final_state() -> None:
+    """h^(0),text = [h_n forward, h_n backward] of the bi-LSTM run on each question's real words alone."""
+    model, inputs = twin(), vqa_inputs()
+    encoder = model.question
+    with torch.no_grad():
+        state = question_state(encoder(inputs["questions"], inputs["question_mask"]), inputs["question_mask"])
+        for row in range(3):
+            words = inputs["questions"][row, inputs["question_mask"][row]]
+            _, (final, _) = encoder.lstm(encoder.word_embedding(words)[None])  # final: (2, 1, H)
+            torch.testing.assert_close(state[row], final[:, 0].flatten())
+
+
+def test_l2_features_and_glorot_initialisation() -> None:
+    """``features: l2`` normalises each region before the streams (so scaling a region changes nothing);
+    ``init: glorot`` draws weights from U(-a, a), a = sqrt(6 / (fan_in + fan_out)), and zeroes the biases."""
+    model, inputs = twin(model_options={"features": "l2", "init": "glorot"}), vqa_inputs()
+    scale = 1 + 9 * torch.rand(3, 6, 1)
+    torch.testing.assert_close(model({**inputs, "features": inputs["features"] * scale}), model(inputs))
+    raw = twin(model_options={"features": "raw"})
+    assert not torch.allclose(raw({**inputs, "features": inputs["features"] * scale}), raw(inputs))
+    scaled = []  # every weight divided by its bound a: U(-1, 1) pooled, standard deviation 1/sqrt(3)
+    for name, parameter in model.named_parameters():
+        if name.rsplit(".", 1)[-1].startswith("bias"):
+            assert not parameter.any(), name
+        elif parameter.dim() == 2:
+            scaled.append(parameter.detach().flatten() / (6 / sum(parameter.shape)) ** 0.5)
+    pooled = torch.cat(scaled)
+    assert pooled.abs().max() <= 1 and abs(pooled.std() - 3 ** -0.5) < 0.03
+    assert not model.question.word_embedding.weight[0].any()  # the padding row
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Models and their registry of kinds (``ModelConfig.kind`` -> :class:`ModelKind`: the task the kind serves
 and its builder). Captioners are built as ``build(cfg, vocab_size, pad_id)``; VQA models as
 ``build(cfg, num_words, num_answers, pad_id)``, map the inputs mapping to answer logits (B, A) and expose
-``word_embeddings`` (MCAN's come from the shared :class:`QuestionEncoder`).
+``word_embeddings`` (MCAN's and the twin-stream model's come from the shared :class:`QuestionEncoder`).
 
 Builders validate everything they read (kind options, each site's mechanism, options and placement,
 feed-forward) with ``ConfigError``s naming the key; :func:`check_model_config` runs a builder on the meta
@@ -34,6 +34,7 @@ from vlattn.models.transformer import (
     build_transformer,
     encoder_decoder,
 )
+from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream
 from vlattn.models.updown import UpDownCaptioner, UpDownState, build_updown
 
 
@@ -51,6 +52,7 @@ MODELS: dict[str, ModelKind] = {
     "m2": ModelKind("captioning", build_m2),
     "updown": ModelKind("captioning", build_updown),
     "mcan": ModelKind("vqa", build_mcan),
+    "twin_stream": ModelKind("vqa", build_twin_stream),
 }
 
 
@@ -123,12 +125,14 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoder",
     "TransformerState",
+    "TwinStreamVQA",
     "UpDownCaptioner",
     "UpDownState",
     "build_captioner",
     "build_m2",
     "build_mcan",
     "build_transformer",
+    "build_twin_stream",
     "build_updown",
     "build_vqa_model",
     "check_model_config",

@@ -4,6 +4,10 @@
 tensor the model saves that has more than one dimension — weight matrices, the word embedding, the output
 layer, and the frozen position table (a parameter there, a saved buffer here) — is redrawn from Xavier-uniform
 with fan-in/fan-out of its own shape. Biases and LayerNorm parameters keep their module's initialisation.
+
+:func:`glorot` is "all model parameters are initialized as suggested by Glorot et al." (the SLA paper, Sec. 4.1.2):
+Xavier-uniform on every weight tensor as above, and zero biases (Glorot and Bengio 2010, Sec. 4.2.1); an
+embedding's padding row stays zero.
 """
 
 from __future__ import annotations
@@ -26,3 +30,15 @@ def xavier_saved_tensors(model: nn.Module, skip: Iterable[Tensor] = ()) -> None:
             continue
         seen.add(id(tensor))
         nn.init.xavier_uniform_(tensor)
+
+
+@torch.no_grad()
+def glorot(model: nn.Module) -> None:
+    """Xavier-uniform weights (:func:`xavier_saved_tensors`), zero biases, zero embedding padding rows."""
+    xavier_saved_tensors(model)
+    for name, parameter in model.named_parameters():
+        if parameter.dim() == 1 and name.rsplit(".", 1)[-1].startswith("bias"):
+            parameter.zero_()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            module.weight[module.padding_idx].zero_()

@@ -18,17 +18,27 @@ open there hold here too. Those of this model:
 1. The first units' hidden inputs are the other stream's initial state (the question for the visual stream, the
    pooled image for the textual one); later units read the other stream's previous attended value (Fig. 3).
 2. The textual stream attends over the bi-LSTM's word states (both directions concatenated), not the raw word
-   embeddings; h^(0),text is the bi-LSTM's final state in each direction.
+   embeddings; h^(0),text is the bi-LSTM's final state in each direction (the question encoder of
+   :mod:`vlattn.models.question`, so ``model.word_vectors`` can initialise the embeddings from GloVe; the paper
+   does not use GloVe).
 3. Fusion ("a separate convolutional and pooling layer" per stream, "concatenated, passing through one FC layer
    then projected to a C dimensional space"; Fig. 3: "a two layer neural network"): ReLU after the pooled
-   1x1 convolutions, FC (2F -> F) + ReLU + dropout, linear classifier (F -> C). F = ``fusion_dim``.
-4. The paper's image features are a 14 x 14 ResNet grid, L2-normalised per cell, with the ``grid`` positional
-   bias; detector regions use the ``boxes`` bias. We do not normalise the features (do it in the feature store
-   if wanted). Word size (300) and bi-LSTM size (512 per direction) follow Sec. 4.1.2; its question length (the
-   first 26 words) is a setting of the VQA data pipeline.
+   1x1 convolutions, FC (2F -> F) + ReLU + dropout, linear classifier (F -> C). F = ``fusion_dim`` (not given;
+   1024 by default).
+4. Features (Sec. 4.1.2): a 14 x 14 ResNet grid, "L2 normalization for each 1 x 1 x 2048 spatial feature"
+   (``features: l2``, the default; ``raw`` leaves them as the store gives them), with the ``grid`` positional
+   bias (``grid_cells: 196``; ``configs/vqa-sla.yaml``); detector regions use the ``boxes`` bias. Word size (300)
+   and bi-LSTM size (512 per direction) follow Sec. 4.1.2; its question length (the first 26 words) is a setting
+   of the VQA data pipeline (``data.max_question_len``).
 5. ``model.options.attention`` names the units: ``sla`` (options of :class:`StackedLatentAttention`; T, sigma,
    positional bias, pooling) or ``stacked`` (plain units of :class:`StackedAttention`: no latent pathway and no
    positional bias; each stream's output is its last attended value a^(T), projected to F by a linear layer).
+6. Initialisation: "all model parameters are initialized as suggested by Glorot et al." (``init: glorot``, the
+   default: :func:`vlattn.models.init.glorot`, Xavier-uniform weights and zero biases); ``torch`` keeps each
+   module's own.
+7. Not stated by the paper, so they are the VQA task's: the loss (binary cross-entropy on the soft scores of
+   the ten human answers), the candidate answers C (``data.answer_min_count``), the learning rate and its
+   schedule. Its batch (800 on 8 GPUs) and Adam betas (0.9, 0.999) are settings of ``configs/vqa-sla.yaml``.
 
 Inputs (a mapping): ``features`` (B, K, D), ``boxes`` (B, K, 4) normalised, ``region_mask`` (B, K),
 ``questions`` (B, L) word ids, ``question_mask`` (B, L) (True = word), as :func:`vlattn.data.vqa.collate_vqa`
@@ -39,11 +49,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from vlattn.attention import AttentionContext, Site, StackedAttention, StackedLatentAttention
 from vlattn.attention.additive import attend_values
@@ -53,6 +63,8 @@ from vlattn.config import ModelConfig, Spec, bounded, lookup, parse_options, spe
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.layers.pooling import masked_mean
+from vlattn.models.init import glorot
+from vlattn.models.question import QuestionEncoder, question_encoder
 
 
 @dataclass
@@ -64,6 +76,8 @@ class TwinStreamOptions:
     word_dim: int = bounded(300, ge=1)
     lstm_dim: int = bounded(512, ge=1)
     fusion_dim: int = bounded(1024, ge=1)
+    features: Literal["l2", "raw"] = "l2"
+    init: Literal["glorot", "torch"] = "glorot"
 
 
 @dataclass
@@ -153,21 +167,13 @@ STREAMS: dict[str, tuple[type, Callable[..., nn.Module]]] = {
 }
 
 
-class QuestionEncoder(nn.Module):
-    """Word embedding + bi-LSTM: ``questions`` (B, L), ``mask`` (B, L) -> word states (B, L, 2H) (zero at padding)
-    and the question state (B, 2H): the forward direction's last state and the backward direction's first."""
-
-    def __init__(self, vocab_size: int, word_dim: int, lstm_dim: int, pad_id: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=pad_id)
-        self.lstm = nn.LSTM(word_dim, lstm_dim, batch_first=True, bidirectional=True)
-
-    def forward(self, questions: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        lengths = mask.sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(self.embed(questions), lengths, batch_first=True, enforce_sorted=False)
-        states, (final, _) = self.lstm(packed)  # final: (2, B, H)
-        words, _ = pad_packed_sequence(states, batch_first=True, total_length=questions.shape[1])  # (B, L, 2H)
-        return words, torch.cat([final[0], final[1]], dim=-1)  # (B, L, 2H), (B, 2H)
+def question_state(words: Tensor, mask: Tensor) -> Tensor:
+    """h^(0),text (B, 2H) from the bi-LSTM's word states ``words`` (B, L, 2H) and ``mask`` (B, L): the forward
+    direction's state at the last word and the backward direction's at the first (each direction's final state)."""
+    half = words.shape[-1] // 2
+    last = (mask.sum(dim=1) - 1).clamp(min=0)  # (B,)
+    forward = words[torch.arange(words.shape[0], device=words.device), last, :half]  # (B, H)
+    return torch.cat([forward, words[:, 0, half:]], dim=-1)
 
 
 class TwinStreamVQA(nn.Module):
@@ -175,20 +181,34 @@ class TwinStreamVQA(nn.Module):
     per-unit attention weights."""
 
     def __init__(self, question: QuestionEncoder, visual: nn.Module, textual: nn.Module, classifier: nn.Module,
-                 box_input: bool = False) -> None:
+                 box_input: bool = False, l2_features: bool = True) -> None:
         super().__init__()
         self.question = question
         self.visual = visual
         self.textual = textual
         self.classifier = classifier
         self.box_input = box_input
+        self.l2_features = l2_features
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The question word embeddings (for ``prepare`` hooks)."""
+        return self.question.word_embedding
+
+    def backbone_layers(self) -> list[nn.Module]:
+        """The two attention streams (units, positional bias, readout): what ``vlattn profile`` counts as the
+        backbone."""
+        return [self.visual, self.textual]
 
     def streams(self, inputs: Mapping[str, Tensor]) -> tuple[StreamState, StreamState]:
         """Run both streams T units, exchanging their attended values; the final states (visual, textual)."""
         features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
+        if self.l2_features:
+            features = F.normalize(features, dim=-1)  # (B, K, D), padding stays zero
         if self.box_input:
             features = with_box_channels(features, boxes)  # (B, K, D + 5)
-        words, question = self.question(inputs["questions"], inputs["question_mask"])  # (B, L, 2H), (B, 2H)
+        words = self.question(inputs["questions"], inputs["question_mask"])  # (B, L, 2H)
+        question = question_state(words, inputs["question_mask"])  # (B, 2H)
         image = masked_mean(features, region_mask)[:, None]  # (B, 1, D): h^(0),vis
         question = question[:, None]  # (B, 1, 2H): h^(0),text
         context = AttentionContext(Site.CROSS, geometry=BoxGeometry(boxes, region_mask))
@@ -218,11 +238,16 @@ def build_twin_stream(cfg: ModelConfig, vocab_size: int, num_answers: int, pad_i
     visual_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     text_dim = 2 * options.lstm_dim
     sizes = dict(hidden=cfg.d_model, fusion_dim=options.fusion_dim, dropout=cfg.dropout)
-    question = QuestionEncoder(vocab_size, options.word_dim, options.lstm_dim, pad_id)
+    question = question_encoder(vocab_size, options.word_dim, options.lstm_dim, pad_id, cfg.word_vectors,
+                                bidirectional=True)
     visual = make_stream(unit_options, visual_dim, text_dim, positional=True, **sizes)
     textual = make_stream(unit_options, text_dim, visual_dim, positional=False, **sizes)
     classifier = nn.Sequential(
         nn.ReLU(), nn.Linear(2 * options.fusion_dim, options.fusion_dim), nn.ReLU(), nn.Dropout(cfg.dropout),
         nn.Linear(options.fusion_dim, num_answers),
     )
-    return TwinStreamVQA(question, visual, textual, classifier, box_input=cfg.box_input)
+    model = TwinStreamVQA(question, visual, textual, classifier, box_input=cfg.box_input,
+                          l2_features=options.features == "l2")
+    if options.init == "glorot":
+        glorot(model)
+    return model
