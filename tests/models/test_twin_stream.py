@@ -8,7 +8,7 @@ import pytest
 import torch
 from registry_cases import FEATURE_DIM, random_boxes
 
-from vlattn.config import ModelConfig
+from vlattn.config import ModelConfig, load_config
 from vlattn.errors import ConfigError
 from vlattn.layers.pooling import masked_mean
 from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream, question_state
@@ -155,3 +155,46 @@ def test_l2_features_and_glorot_initialisation() -> None:
 def test_config_errors_name_the_key(options, message) -> None:
     with pytest.raises(ConfigError, match=message):
         build_twin_stream(ModelConfig(feature_dim=FEATURE_DIM, d_model=M, options=options), WORDS, ANSWERS)
+
+
+def sla_stream_parameters(key: int, query: int, m: int, units: int, out: int, bias_cells: int = 0) -> int:
+    """Parameters of an SLA stream by the formulas of Sec. 3.3 with our choices (vlattn/attention/sla.py): unit t
+    has W_v (key x m + m), W_h (query x m), W_u (m); unit 1 also W_z on v (key x m) and on b_pos (P = 1: m) when
+    there is a bias; units t > 1 W_z on s (m x m) and on a (key x m); the positional bias FC(h) (query x cells +
+    cells); the readout's 1x1 convolution ((m + key) x out + out)."""
+    unit = key * m + m + query * m + m
+    first = unit + key * m + (m if bias_cells else 0)
+    later = (units - 1) * (unit + m * m + key * m)
+    bias = query * bias_cells + bias_cells if bias_cells else 0
+    return first + later + bias + (m + key) * out + out
+
+
+@pytest.mark.parametrize("preset", ["configs/vqa-sla.yaml", "configs/vqa-stacked.yaml"])
+def test_table_1_presets_by_configuration(preset: str) -> None:
+    """The Sec. 4.1.2 setup (14 x 14 grid, L2, 300-d words, bi-LSTM 512, 26 words, Adam (0.9, 0.999), batch 800,
+    Glorot), T = 3 and m = 1024; the two presets differ in the units only; parameters by the formulas."""
+    cfg = load_config(preset)
+    sla = load_config("configs/vqa-sla.yaml")
+    assert cfg.task == "vqa" and cfg.model.kind == "twin_stream" and cfg.data.max_question_len == 26
+    assert (cfg.model.feature_dim, cfg.data.max_regions, cfg.train.batch_size) == (2048, 196, 800)
+    assert cfg.train.adam_betas == [0.9, 0.999]
+    options = cfg.model.options
+    assert (options["word_dim"], options["lstm_dim"], options["features"], options["init"]) == (300, 512, "l2", "glorot")
+    assert options["attention"]["options"]["units"] == 3 and cfg.model.d_model == 1024
+    differs = {key for key in options if options[key] != sla.model.options[key]}
+    assert differs <= {"attention"} and cfg.data == sla.data and cfg.train == sla.train
+    words, answers, m, fusion = 100, 3129, 1024, options["fusion_dim"]
+    with torch.device("meta"):
+        model = build_twin_stream(cfg.model, words, answers)
+    question = words * 300 + 2 * (4 * 512 * (300 + 512) + 2 * 4 * 512)
+    classifier = 2 * fusion * fusion + fusion + fusion * answers + answers
+    if options["attention"]["name"] == "sla":
+        assert options["attention"]["options"]["position"] == "grid" and options["attention"]["options"]["grid_cells"] == 196
+        streams = (sla_stream_parameters(2048, 1024, m, 3, fusion, bias_cells=196)
+                   + sla_stream_parameters(1024, 2048, m, 3, fusion))
+    else:
+        streams = 3 * (2048 * m + m + 1024 * m + m) + 2048 * fusion + fusion
+        streams += 3 * (1024 * m + m + 2048 * m + m) + 1024 * fusion + fusion
+    assert sum(p.numel() for p in model.question.parameters()) == question
+    assert sum(p.numel() for p in model.classifier.parameters()) == classifier
+    assert sum(p.numel() for p in model.parameters()) == question + streams + classifier
