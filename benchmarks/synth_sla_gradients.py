@@ -64,7 +64,8 @@ def vqa_data(root: Path) -> tuple[VQADataset, Vocabulary, AnswerVocabulary]:
 
 def build(name: str, hidden: int, feature_dim: int, words: int, answers: int, seed: int) -> TwinStreamVQA:
     torch.manual_seed(seed)
-    options = {"attention": {"name": name, "options": {"units": UNITS}}}
+    # raw features and torch's initialisation: the settings the recorded diagnostic was measured with
+    options = {"attention": {"name": name, "options": {"units": UNITS}}, "features": "raw", "init": "torch"}
     cfg = ModelConfig(feature_dim=feature_dim, d_model=hidden, dropout=0.0, options=options)
     return build_twin_stream(cfg, words, answers).train()
 
@@ -168,7 +169,7 @@ def main() -> None:
         for name, record in records.items()
     )
     body = f"""Twin-stream VQA model (vlattn/models/twin_stream.py), T = {UNITS}, units' hidden size m = {args.hidden},
-bi-LSTM 512, fusion 1024, no dropout, on the synthetic VQA training split of {args.data} ({len(dataset):,} questions,
+bi-LSTM 512, fusion 1024, no dropout, raw features, torch's initialisation, on the synthetic VQA training split of {args.data} ({len(dataset):,} questions,
 {len(answers)} answers, {feature_dim}-d region features); `stacked` = plain stacked attention units (Sec. 3.2, softmax
 in the main pathway), `sla` = SLA units (Sec. 3.3, positional bias from the question, mean pooling); same seed,
 same batches (64 questions), {args.steps} Adam steps each (lr 5e-4), soft-score BCE summed over answers, one torch
