@@ -278,6 +278,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "no frequent answer": lambda ws: vqa_train(ws, "--set", "data.answer_min_count=1000"),
     "question file missing": lambda ws: vqa_train(ws, "--set", "data.vqa_splits.train=[train2014]"),
     "file pattern without `{split}`": lambda ws: vqa_train(ws, "--set", "data.questions=q.json"),
+    "grid positional bias, store of other sizes": lambda ws: vqa_train(
+        ws, "--set", "model.kind=twin_stream", "--set", "model.options.attention.name=sla",
+        "--set", "model.options.attention.options.position=grid", "--set", "model.options.attention.options.grid_cells=36"),
     "word vectors file missing": lambda ws: vqa_train(ws, "--set", f"model.word_vectors={ws.path('nowhere.txt')}"),
     "word vectors of another size": lambda ws: vqa_train(ws, "--set", "model.word_vectors=" + written(
         ws, "glove.txt", "what 0.1 0.2 0.3\n")),
