@@ -43,7 +43,7 @@ def vqa_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("attention", ["sla", "stacked"])
 def test_train_and_eval_through_the_vqa_task(attention: str, vqa_data: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    config = write(tmp_path / "c.yaml", twin_config(vqa_data, attention, "train.epochs=8"))
+    config = write(tmp_path / "c.yaml", twin_config(vqa_data, attention, "train.epochs=8", "train.schedule.options.lr=0.01"))
     result = runner.invoke(app, ["train", "--config", str(config), "--out", str(run), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     evaluated = runner.invoke(app, ["eval", "--checkpoint", str(run), "--split", "val", "--json", "--device", "cpu"])
