@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, required=True, help="where the run directories go")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="overrides for both models")
+    parser.add_argument("--note", default="", help="a remark printed under the table")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
     for seed in args.seeds:  # seed by seed, the two models one after the other
@@ -78,7 +79,7 @@ def main() -> None:
     for label, (name, config) in MODELS.items():
         results = [scores(args.runs / f"{name}-s{seed}") for seed in args.seeds]
         cfg = load_config(config, [f"data.root={args.data}", *args.overrides])
-        vocab = Vocabulary.load(args.runs / f"{name}-s{args.seeds[0]}" / "vocab.json")
+        vocab = Vocabulary.load(args.runs / f"{name}-s{args.seeds[0]}" / "vocab-words.json")
         parameters = trainable(build_captioner(cfg.model, len(vocab)))
         cells = [spread([r[m] for r in results]) if all(m in r for r in results) else "n/a" for m in METRICS]
         rows.append(f"| {label} | {parameters:,} | " + " | ".join(cells) + " |")
@@ -118,7 +119,7 @@ Test CIDEr-D per seed ({', '.join(map(str, args.seeds))}):
 |---|{'---|' * len(args.seeds)}
 {chr(10).join(seeds_rows)}
 
-Validation CIDEr-D after each epoch: {'; '.join(curves)}.
+Validation CIDEr-D after each epoch: {'; '.join(curves)}. {args.note}
 
 Commands (SEED in {', '.join(map(str, args.seeds))}; the driver runs them in this order, seed by seed):
 
