@@ -93,7 +93,16 @@ class StreamState:
     weights: list[Tensor] = field(default_factory=list)
 
 
-class LatentStream(nn.Module):
+class Stream(nn.Module):
+    """A stream's three phases, ``start``, ``step`` and ``output``, are run through the module call
+    (``stream("step", t, state, query)``) so that module hooks (``vlattn profile``'s FLOP counter) see every
+    operation of the stream as its own."""
+
+    def forward(self, phase: str, *args: Any) -> Any:
+        return getattr(self, phase)(*args)
+
+
+class LatentStream(Stream):
     """A stream of SLA units with its readout (pooled 1x1 convolution of z^(T)) and optional positional bias."""
 
     def __init__(self, units: nn.ModuleList, readout: LatentReadout, positional: PositionalBias | None,
@@ -121,7 +130,7 @@ class LatentStream(nn.Module):
         return self.readout(state.latent, state.mask[:, 0])[:, 0]
 
 
-class PlainStream(nn.Module):
+class PlainStream(Stream):
     """A stream of plain attention units (softmax in the main pathway); output: a linear map of a^(T)."""
 
     def __init__(self, units: nn.ModuleList, output: nn.Linear, dropout: float) -> None:
@@ -212,18 +221,18 @@ class TwinStreamVQA(nn.Module):
         image = masked_mean(features, region_mask)[:, None]  # (B, 1, D): h^(0),vis
         question = question[:, None]  # (B, 1, 2H): h^(0),text
         context = AttentionContext(Site.CROSS, geometry=BoxGeometry(boxes, region_mask))
-        visual = self.visual.start(features, region_mask, question, context)
-        textual = self.textual.start(words, inputs["question_mask"], image, AttentionContext(Site.CROSS))
+        visual = self.visual("start", features, region_mask, question, context)
+        textual = self.textual("start", words, inputs["question_mask"], image, AttentionContext(Site.CROSS))
         to_visual, to_textual = question, image
         for t in range(len(self.visual.units)):
-            seen = self.visual.step(t, visual, to_visual)  # a^(t),vis (B, 1, D)
-            read = self.textual.step(t, textual, to_textual)  # a^(t),text (B, 1, 2H)
+            seen = self.visual("step", t, visual, to_visual)  # a^(t),vis (B, 1, D)
+            read = self.textual("step", t, textual, to_textual)  # a^(t),text (B, 1, 2H)
             to_visual, to_textual = read, seen
         return visual, textual
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
         visual, textual = self.streams(inputs)
-        fused = torch.cat([self.visual.output(visual), self.textual.output(textual)], dim=-1)  # (B, 2F)
+        fused = torch.cat([self.visual("output", visual), self.textual("output", textual)], dim=-1)  # (B, 2F)
         return self.classifier(fused)  # (B, C)
 
 
