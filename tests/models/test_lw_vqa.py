@@ -32,7 +32,8 @@ def lw_mcan(groups: int, expansion: int = 1, share: bool = True, **fields) -> Mo
     attention = Spec("gmha", {"groups": groups, "expansion": expansion, "share_weights": share})
     sizes = dict(kind="mcan", feature_dim=FEATURE_DIM, d_model=D, num_heads=HEADS, d_ff=D_FF, encoder_layers=2,
                  decoder_layers=2, dropout=0.0, options={"word_dim": 12}, box_input=True)
-    specs = {site: attention for site in SITES} | {"feed_forward": Spec("gffn", {"groups": groups, "share_weights": share})}
+    specs = {site: attention for site in SITES}
+    specs["feed_forward"] = Spec("gffn", {"groups": groups, "share_weights": share})
     return ModelConfig(**(sizes | specs | fields))
 
 
@@ -52,7 +53,8 @@ def test_every_k_dividing_the_heads_answers_and_backpropagates(groups: int, expa
     assert logits.shape == (3, ANSWERS) and torch.isfinite(logits).all()
     answer_loss(logits, torch.rand(3, ANSWERS), "sum").backward()
     for name, parameter in model.backbone.named_parameters():
-        assert parameter.grad is not None and torch.isfinite(parameter.grad).all() and parameter.grad.abs().sum() > 0, name
+        grad = parameter.grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
     attention = attention_params(D, groups, expansion, share, group_merge=False)
     norms = 2 * D
     expected = 2 * (attention + ffn_params(D, D_FF, groups, share) + 2 * norms)  # SA units
@@ -107,7 +109,8 @@ def test_vqa_lw_preset_options_and_scaled_rate() -> None:
     cfg = load_config("configs/vqa-lw.yaml")
     assert cfg.task == "vqa" and cfg.model.kind == "mcan" and (cfg.model.d_model, cfg.model.num_heads) == (512, 8)
     for site in SITES:
-        assert getattr(cfg.model, site).options == {"groups": 2, "expansion": 1, "share_weights": True, "group_merge": False}
+        options = getattr(cfg.model, site).options
+        assert options == {"groups": 2, "expansion": 1, "share_weights": True, "group_merge": False}
     assert cfg.model.feed_forward.options == {"groups": 2, "share_weights": True, "group_intermediate": False}
     model = check_vqa_model_config(cfg.model)
     schedule = build_schedule(cfg.train.schedule, cfg.model.d_model)
@@ -120,5 +123,5 @@ def test_vqa_lr_scaling_is_checked_when_a_config_loads() -> None:
                                       "encoder_self_attention": {"name": "gmha", "options": {"groups": 4}},
                                       "feed_forward": {"name": "gffn", "options": {"groups": 2}}}}
     config_from_dict(mixed)  # mixing group counts is fine without the scaling
-    with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count, the model mixes k = \[2, 4\]"):
+    with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count, .* k = \[2, 4\]"):
         config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})

@@ -16,7 +16,8 @@ GROUP_WISE = [f"model.{site}={{name: gmha, options: {{groups: 2}}}}"
               for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")]
 GROUP_WISE += ["model.feed_forward={name: gffn, options: {groups: 2}}", "train.lr_scaling=sqrt_groups",
                "train.schedule={name: constant, options: {lr: 1.0e-3}}", "train.epochs=1", "train.max_steps=2"]
-LW = [*GROUP_WISE, "train.scst_schedule={name: constant, options: {lr: 1.0e-4}}", "train.scst_epochs=1", "train.val_max_images=2"]
+LW = [*GROUP_WISE, "train.scst_schedule={name: constant, options: {lr: 1.0e-4}}", "train.scst_epochs=1",
+      "train.val_max_images=2"]
 
 
 def logged_rates(run: Path) -> list[float]:

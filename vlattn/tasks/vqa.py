@@ -16,8 +16,9 @@ Stage ``train``: binary cross-entropy on the soft scores of the ten human answer
 accuracy: 0/0.3/0.6/0.9/1), reduced per ``train.bce_reduction``; ``train.schedule`` (MCAN: ``warmup_multistep``),
 ``train.epochs``, ``train.batch_size``; ``train.lr_scaling: sqrt_groups`` multiplies the schedule by sqrt(k)
 for a group-wise model (LW-Transformer Sec. IV-C, as captioning's ``xe`` stage; checked when a config loads);
-validation accuracy (official, in percent) selects the best checkpoint. ``model.word_vectors`` initialises the question word embeddings from a local GloVe-format file
-once, before the first epoch of a fresh run (a ``prepare`` hook of the question encoder).
+validation accuracy (official, in percent) selects the best checkpoint. ``model.word_vectors`` initialises the
+question word embeddings from a local GloVe-format file once, before the first epoch of a fresh run (a
+``prepare`` hook of the question encoder).
 
 Evaluation answers every question of a split with the top-scoring candidate, writes the results file the
 VQA evaluation server expects (``[{"question_id", "answer"}]``, named
