@@ -125,3 +125,16 @@ def test_vqa_lr_scaling_is_checked_when_a_config_loads() -> None:
     config_from_dict(mixed)  # mixing group counts is fine without the scaling
     with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count, .* k = \[2, 4\]"):
         config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
+
+
+def test_lw_demo_is_the_vqa_demo_with_group_wise_layers() -> None:
+    """The synthetic comparison's "same budget": configs/vqa-lw-demo.yaml differs from configs/vqa-demo.yaml only
+    in the attention sites, the feed-forward and the sqrt(k) rate scaling."""
+    from vlattn.config import config_to_dict
+
+    plain, light = (config_to_dict(load_config(f"configs/{name}.yaml")) for name in ("vqa-demo", "vqa-lw-demo"))
+    for key in (*SITES, "feed_forward"):
+        assert plain["model"].pop(key)["name"] in ("mha", "plain")
+        assert light["model"].pop(key)["options"]["groups"] == 2
+    assert (plain["train"].pop("lr_scaling"), light["train"].pop("lr_scaling")) == ("none", "sqrt_groups")
+    assert light == plain
