@@ -214,12 +214,12 @@ def vqa_tables() -> str:
         captioner = measure(row)
         agree.append(ours["params"] == captioner["params"] and ours["madds"] == captioner["vqa"])
         mini_total = ours["total"] if row.label == MINI else mini_total
-        tables = ["II" if row.label.startswith("II") or row.label == "Transformer" else "III",
+        tables = ["III" if row.label.startswith("III:") else "II",
                   *(["IV"] if row.label == MINI else []), *(["V", "VI"] if row.label in TABLE_V else [])]
         test_dev = PAPER_TEST_DEV.get(row.label)
         rows.append(
             f"| {row.label} | {', '.join(tables)} | {row.paper_params:.1f}M | {ours['params']:,} | "
-            f"{row.paper_madds:.2f}G | {ours['madds'] / 1e9:.3f}G | {PAPER_VQA_VAL[row.label]:.2f} | "
+            f"{verdict(row, captioner)} | {row.paper_madds:.2f}G | {ours['madds'] / 1e9:.3f}G | {PAPER_VQA_VAL[row.label]:.2f} | "
             f"{'' if test_dev is None else f'{test_dev:.1f}'} |")
     same = ("identical for every row" if all(agree)
             else f"different for {', '.join(r.label for r, ok in zip(ROWS, agree) if not ok)}")
@@ -229,24 +229,26 @@ attention sites and `gffn` as the feed-forward; backbone = the 12 units (`MCAN.b
 profile` reports); MAdds = FLOPs / 2 of those units in a forward pass of one question with {REGIONS} regions and
 {WORDS} words. These counts are {same} to the captioner-built backbone of "LW-Transformer parameters and MAdds"
 in its VQA layout (a second route through other code), so every difference from the paper's figures is
-accounted for there (the paper counts weight matrices only in the LW rows; three rows match no reading).
+accounted for there: "paper figure is" says which of our counts the printed one is to its decimal (all
+parameters, or the weight matrices only, the convention of the paper's LW rows), or the gap; three rows match
+no reading.
 
 Presets: `vlattn profile --config configs/vqa-mcan.yaml --json` -> backbone 44,138,496, 2.582 G;
 `vlattn profile --config configs/vqa-lw.yaml --json` -> backbone 24,067,584, 1.853 G (tests/models/test_lw_vqa.py
 checks the latter through the CLI and against the complexity formulas).
 
-| row | paper table | paper #Params | ours, MCAN backbone | paper MAdds | ours, MCAN | paper VQA2.0 val | paper test-dev |
-|---|---|---|---|---|---|---|---|
+| row | paper table | paper #Params | ours, MCAN backbone | paper figure is | paper MAdds | ours, MCAN | paper VQA2.0 val | paper test-dev |
+|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 - Accuracy: the paper's VQA2.0 columns (val in Tables II-III and V, test-dev in Table VI) need the VQA v2
   questions and bottom-up features of COCO, which are not on this machine (and may not be downloaded here), so
   no row's accuracy is reproduced; the synthetic comparison of MCAN vs LW 1x / 3x at the same budget is
   "LW-Transformer on synthetic VQA data". Table VI's other columns (CLEVR, GQA) are other data sets.
-- Table IV compares LW-Transformer mini 1x (14.5M) with fusion networks whose #Params are whole models as their
-  papers count them; 14.5M is the mini backbone only. Ours: backbone as above; the whole mini MCAN with
-  {VQA_WORDS:,} question words (300-d embeddings) and {VQA_ANSWERS:,} answers has {mini_total:,} parameters, of
-  which the word embeddings alone are {VQA_WORDS * 300:,} (GloVe-initialised, trained).
+- Table IV puts LW-Transformer mini 1x (14.5M) beside fusion networks with the #Params of their own papers.
+  14.5M is the mini backbone of Table III (our count above), without the question encoder, region projection,
+  reductions and classifier: the whole mini MCAN with {VQA_WORDS:,} question words (300-d embeddings) and
+  {VQA_ANSWERS:,} answers has {mini_total:,} parameters, {VQA_WORDS * 300:,} of them the word embeddings.
 - Table V's rows are Tables II's Transformer, LW 1x and LW 3x (the efficient-transformer rows are other models).
 - The authors' released VQA code (OpenVQA's MCAN with their G-MHA) fails for k > 1 (heads and head width passed in
   swapped order; see vlattn/attention/groupwise.py); ours builds, answers and back-propagates for k = 1, 2, 4, 8
