@@ -219,7 +219,8 @@ def vqa_tables() -> str:
         test_dev = PAPER_TEST_DEV.get(row.label)
         rows.append(
             f"| {row.label} | {', '.join(tables)} | {row.paper_params:.1f}M | {ours['params']:,} | "
-            f"{verdict(row, captioner)} | {row.paper_madds:.2f}G | {ours['madds'] / 1e9:.3f}G | {PAPER_VQA_VAL[row.label]:.2f} | "
+            f"{verdict(row, captioner)} | {row.paper_madds:.2f}G | {ours['madds'] / 1e9:.3f}G | "
+            f"{PAPER_VQA_VAL[row.label]:.2f} | "
             f"{'' if test_dev is None else f'{test_dev:.1f}'} |")
     same = ("identical for every row" if all(agree)
             else f"different for {', '.join(r.label for r, ok in zip(ROWS, agree) if not ok)}")
