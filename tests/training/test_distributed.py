@@ -28,7 +28,7 @@ def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
     assert len(rank0) == len(rank1) == 5
     # An odd number of batches is cut so every rank takes the same number of steps.
     assert len(EpochBatchSampler(44, 4, seed=3, epoch=1, ctx=DistContext(1, 2)).batches) == 5
-    assert EpochBatchSampler(40, 4, seed=3, epoch=1, skip=2).batches == single[2:]
+    assert EpochBatchSampler(40, 4, seed=3, epoch=1, start=8).batches == single[2:]
 
 
 def _free_port() -> int:
