@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import yaml
+from safetensors.torch import load_file
 
 from vlattn.config import config_to_dict
+from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.distributed import DistContext, average_gradients
 from vlattn.training.loop import EpochBatchSampler
+from vlattn.training.rundir import run_lock
 from tests.slow import scaled
 from tests.training.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
@@ -70,3 +78,58 @@ def test_torchrun_two_processes(tiny_data: Path, tmp_path: Path) -> None:
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 4 * epochs + 1))
     assert sum(r["kind"] == "val" for r in records) == epochs
     assert (run / "checkpoints" / "best" / "model.safetensors").is_file()
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}", *args]
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_share_the_lock_outcome(tiny_data: Path, tmp_path: Path) -> None:
+    """Rank 0 takes the run's lock; when it cannot, every rank exits 2 with its message (none waits forever)."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=1"))))
+    run = tmp_path / "run"
+    run.mkdir()
+    with run_lock(run):
+        result = subprocess.run(torchrun("-m", "vlattn.cli", "train", "--config", str(config), "--out", str(run),
+                                         "--device", "cpu"), capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    message = f"{run}: run directory is in use by process {os.getpid()} (another vlattn train)"
+    assert result.returncode != 0 and len(lines) == 2 and all(message in line for line in lines), result.stderr[-3000:]
+    # torchrun itself then reports the failed workers (its own traceback); the workers print no traceback
+    assert result.stderr.count("exitcode  : 2") == 2 and "[rank" not in result.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_a_signal_to_one_rank_stops_all_at_the_same_step(tiny_data: Path, tmp_path: Path) -> None:
+    """SIGTERM to rank 1 only: the ranks agree, rank 0 saves at the step boundary, every rank exits 143, and the
+    run resumed under torchrun ends with the weights of an uninterrupted one."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=2"))))
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    train = ["--threads", "1", "train", "--config", str(config), "--device", "cpu", "--out"]
+    done = subprocess.run(torchrun("-m", "vlattn.cli", *train, str(straight)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    ready = tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(torchrun("-m", "tests.training.subproc", "--ready", str(ready), "--hook", "signal:3",
+                                      "--rank", "1", "--", *train, str(run)),
+                             cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()[1][-3000:]
+        time.sleep(0.05)
+    os.kill(int(ready.read_text()), signal.SIGTERM)
+    _, err = child.communicate(timeout=300)
+    stopped = [line for line in err.splitlines() if line.startswith("vlattn: stopped by SIGTERM at step 3 (epoch 1)")]
+    assert len(stopped) == 2 and err.count("exitcode  : 143") == 2, err[-3000:]
+    assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 3
+
+    resumed = subprocess.run(torchrun("-m", "vlattn.cli", "--threads", "1", "train", "--out", str(run), "--resume",
+                                      "--device", "cpu"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("last", "best"):
+        ours, theirs = (load_file(str(r / "checkpoints" / name / "model.safetensors")) for r in (run, straight))
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs), name

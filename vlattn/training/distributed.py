@@ -122,6 +122,7 @@ def on_main(ctx: DistContext, compute: Callable[[], T]) -> T:
         except Exception as err:  # noqa: BLE001 - re-raised below, after the other ranks are told
             failure, payload = err, [("failed", " ".join(str(err).splitlines()))]
     dist.broadcast_object_list(payload, src=0)
+    dist.barrier()  # every rank has the payload before rank 0 may raise and exit
     status, value = payload[0]  # type: ignore[misc]
     if failure is not None:
         raise failure

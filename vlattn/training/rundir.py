@@ -278,6 +278,23 @@ class RunDirectory:
         config, settings = resume_config(trained, saved if saved is not None else trained, given, overrides)
         return Start(config, latest, settings, notes)
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[RunDirectory]:
+        """Hold the run's lock (rank 0), creating the directory if need be. If the body fails before
+        :meth:`commit`, a directory this call created is removed again."""
+        created = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            with run_lock(self.path):
+                yield self
+        except BaseException:
+            if created and not self.committed:
+                with contextlib.suppress(OSError):
+                    (self.path / LOCK_FILE).unlink()
+                    for directory in created:
+                        directory.rmdir()
+            raise
+
     def _required(self, given: Config | None) -> Config:
         if given is None:
             raise ConfigError(f"{self.path}: no config.yaml to start the run from; pass --config")
@@ -316,28 +333,6 @@ class RunDirectory:
         previous = history.read_text(encoding="utf-8") if history.is_file() else ""
         atomic_write_text(history, previous + json.dumps(record, default=repr) + "\n")
         self.committed = True
-
-
-@contextlib.contextmanager
-def open_run(path: str | Path, *, main: bool) -> Iterator[RunDirectory]:
-    """The run directory at ``path``, locked by this process if ``main`` (rank 0), created if need be. If the body
-    fails before :meth:`RunDirectory.commit`, a directory this call created is removed again."""
-    run = RunDirectory(path)
-    if not main:
-        yield run
-        return
-    created = [p for p in (run.path, *run.path.parents) if not p.exists()]
-    run.path.mkdir(parents=True, exist_ok=True)
-    try:
-        with run_lock(run.path):
-            yield run
-    except BaseException:
-        if created and not run.committed:
-            with contextlib.suppress(OSError):
-                (run.path / LOCK_FILE).unlink()
-                for directory in created:
-                    directory.rmdir()
-        raise
 
 
 def report(start: Start) -> None:

@@ -27,6 +27,7 @@ recovery and configuration rules are those of :mod:`vlattn.training.rundir`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from vlattn.training.logging import RunLog
 from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
 from vlattn.training.optim import build_optimizer
 from vlattn.training.prepare import PrepareResources, prepare_model
-from vlattn.training.rundir import RunDirectory, Start, open_run, report
+from vlattn.training.rundir import RunDirectory, Start, report
 from vlattn.training.schedules import build_schedule
 
 
@@ -129,8 +130,14 @@ def run_stage(
     """
     ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
     dev = pick_device(device, ctx)
-    with open_run(run_dir, main=ctx.is_main) as run:
-        start = on_main(ctx, lambda: run.begin(cfg, overrides, resume=resume))
+    run = RunDirectory(run_dir)
+    with contextlib.ExitStack() as held:
+
+        def begin() -> Start:  # rank 0, shared with the other ranks
+            held.enter_context(run.locked())
+            return run.begin(cfg, overrides, resume=resume)
+
+        start = on_main(ctx, begin)
         try:
             return _train(stage, start, run, init, ctx, dev)
         except TrainingInterrupted as stop:
