@@ -6,6 +6,7 @@ real output (paths in the table are shortened, the real ones are absolute).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -15,12 +16,17 @@ from typing import Callable
 import h5py
 import numpy as np
 import pytest
+import torch
+import yaml
+from m2_released import random_released_state
 
+from vlattn.config import config_to_dict
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap
 from vlattn.data.synth import generate
 from vlattn.metrics import evaluate_captions
 from vlattn.metrics.tokenizer import PTBTokenizer
 from tests.test_bad_input import one_line
+from tests.training.conftest import make_tiny_vqa_data, tiny_vqa_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 Case = Callable[["Workspace"], list[str]]
@@ -145,6 +151,45 @@ def library(ws: Workspace, call: Callable[[], object]) -> str:
     return "no error"
 
 
+WORDS = ["<unk>", "<pad>", "<bos>", "<eos>"] + [f"w{i}" for i in range(26)]
+
+
+def released(ws: Workspace, name: str, change: Callable[[dict], object] = lambda state: None, **extra: object) -> str:
+    """A checkpoint file in the released M2 layout (random weights), changed by ``change``."""
+    state = random_released_state(vocab=len(WORDS))
+    change(state)
+    torch.save({"state_dict": state, **extra}, ws.path(name))
+    return str(ws.path(name))
+
+
+def import_args(ws: Workspace, checkpoint: str, words: list[str] = WORDS, out: str = "imported",
+                fmt: str = "m2-official", vocab: str = "vocab.txt") -> list[str]:
+    return ["import-checkpoint", checkpoint, "--format", fmt, "--vocab", written(ws, vocab, "\n".join(words)),
+            "--out", str(ws.path(out)), "--heads", "4"]
+
+
+def used_dir(ws: Workspace) -> str:
+    (ws.path("used") / "notes.txt").parent.mkdir()
+    (ws.path("used") / "notes.txt").write_text("mine")
+    return "used"
+
+
+def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lambda root: None) -> list[str]:
+    """``vlattn train`` of a tiny MCAN on the tiny VQA data (written under ``data``, then changed by ``change``)."""
+    root = make_tiny_vqa_data(ws.path("data"))
+    change(root)
+    config = written(ws, "vqa.yaml", yaml.safe_dump(config_to_dict(tiny_vqa_config(root))))
+    return ["train", "--config", config, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
+
+
+def question_image(root: Path, image_id: int) -> None:
+    """Point the sixth training question (and its annotation) at ``image_id``."""
+    for name, key in (("questions_train.json", "questions"), ("annotations_train.json", "annotations")):
+        data = json.loads((root / "vqa" / name).read_text())
+        data[key][5]["image_id"] = image_id
+        (root / "vqa" / name).write_text(json.dumps(data))
+
+
 F32 = np.float32
 CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "unknown key": lambda ws: config(ws, "--set", "model.dmodel=3"),
@@ -215,13 +260,35 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "impossible synthetic sizes": lambda ws: ["data", "synth", "--out", str(ws.path("s")), "--images", "3", "--val",
                                               "2", "--test", "1"],
     "bad confound": lambda ws: ["data", "synth", "--out", str(ws.path("s")), "--confound", "red-circle"],
+    "unknown checkpoint format": lambda ws: import_args(ws, released(ws, "m2.pth"), fmt="m2"),
+    "not a checkpoint": lambda ws: import_args(ws, written(ws, "plain.pth", "text")),
+    "checkpoint holding other objects": lambda ws: import_args(ws, released(ws, "args.pth", args=argparse.Namespace(m=40))),
+    "tensor missing": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.pop("decoder.layers.2.fc_alpha2.bias"))),
+    "unexpected tensor": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.update(
+        {"decoder.extra.weight": torch.zeros(2)}))),
+    "tensor of another shape": lambda ws: import_args(ws, released(ws, "m2.pth", lambda s: s.update(
+        {"encoder.layers.1.pwff.fc2.weight": torch.zeros(32, 63)}))),
+    "word list of another size": lambda ws: import_args(ws, released(ws, "m2.pth"), WORDS[:-1], vocab="short.txt"),
+    "word list without a special token": lambda ws: import_args(ws, released(ws, "m2.pth"), [
+        w if w != "<bos>" else "bos" for w in WORDS], vocab="nobos.txt"),
+    "run directory in use": lambda ws: import_args(ws, released(ws, "m2.pth"), out=used_dir(ws)),
+    "question about an image without features": lambda ws: vqa_train(ws, change=lambda root: question_image(root, 777)),
+    "train split without annotations": lambda ws: vqa_train(ws, "--set", "data.vqa_splits.train=[test]", change=lambda
+                                                            root: (root / "vqa" / "annotations_test.json").unlink()),
+    "no frequent answer": lambda ws: vqa_train(ws, "--set", "data.answer_min_count=1000"),
+    "question file missing": lambda ws: vqa_train(ws, "--set", "data.vqa_splits.train=[train2014]"),
+    "file pattern without `{split}`": lambda ws: vqa_train(ws, "--set", "data.questions=q.json"),
+    "word vectors file missing": lambda ws: vqa_train(ws, "--set", f"model.word_vectors={ws.path('nowhere.txt')}"),
+    "word vectors of another size": lambda ws: vqa_train(ws, "--set", "model.word_vectors=" + written(
+        ws, "glove.txt", "what 0.1 0.2 0.3\n")),
     "predictions and references differ": lambda ws: library(ws, lambda: evaluate_captions(
         {1: ["a dog"], 2: ["a cat"]}, {2: "a cat"}, tokenizer_backend="python", metrics=("CIDEr",))),
     "unknown tokenizer backend": lambda ws: library(ws, lambda: PTBTokenizer("perl")),
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
-              "line breaks inside a caption", "Java tokenizer returns another line count"}
+              "line breaks inside a caption", "Java tokenizer returns another line count",
+              "a VQA checkpoint for captioning", "question without words"}
 
 
 def test_every_row_is_checked() -> None:

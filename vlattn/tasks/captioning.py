@@ -6,9 +6,11 @@ Data: a Karpathy split file and a feature store under ``data.root`` (:class:`Cap
 CIDEr-D):
 
 - ``xe``: cross-entropy with teacher forcing (NG-SAN Sec. 5.1, M2 Sec. 3.3); ``train.schedule``,
-  ``train.epochs``, ``train.batch_size``; ``--init`` optionally warm-starts from other weights;
+  ``train.epochs``, ``train.patience``, ``train.batch_size``, ``train.adam_betas``; ``--init`` optionally
+  warm-starts from other weights;
 - ``scst``: self-critical sequence training on the CIDEr-D reward (M2 Sec. 3.3, Eq. 10), from ``--init``
-  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_batch_size``.
+  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_patience``, ``train.scst_batch_size``,
+  ``train.scst_adam_betas`` (default ``train.adam_betas``), ``train.scst_loss_normalise``.
 
 The reward's CIDEr-D document frequencies come from the training references and are cached next to the data
 (``<data root>/cache/cider_df_<mode>.npz``), rebuilt automatically when the references, the tokenisation or
@@ -42,13 +44,21 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.models import build_captioner, check_model_config
-from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
-from vlattn.tasks.base import EvalRequest, ProfileShapes, output_dir
+from vlattn.models.profile import (
+    backbone_madds,
+    backbone_parameters,
+    count_parameters,
+    flops_decode_step,
+    flops_train_step,
+    latency,
+)
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
+from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 from vlattn.training.xe import xe_objective
 
@@ -120,11 +130,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
-    if store_dim is not None and store_dim != cfg.model.feature_dim:
-        raise ConfigError(
-            f"model.feature_dim={cfg.model.feature_dim} but the feature store holds {store_dim}-d regions; "
-            f"set --set model.feature_dim={store_dim}"
-        )
+    check_feature_dim(cfg.model, store_dim)
     return build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
 
 
@@ -246,6 +252,7 @@ def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Obj
         baseline=cfg.train.scst_baseline,
         num_samples=cfg.train.scst_samples,
         max_len=cfg.eval.max_len,
+        normalise=cfg.train.scst_loss_normalise,
     )
 
 
@@ -259,6 +266,7 @@ XE: Stage[CaptionData] = Stage(
     collate=collate_train,
     validator=make_validator,
     selection_metric="CIDEr",
+    lr_scaling=True,
 )
 
 SCST: Stage[CaptionData] = dataclasses.replace(
@@ -271,7 +279,10 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     schedule="train.scst_schedule",
     epochs="train.scst_epochs",
     batch_size="train.scst_batch_size",
+    patience="train.scst_patience",
+    adam_betas="train.scst_adam_betas",
     needs_init=True,
+    lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
 )
 
 
@@ -339,10 +350,12 @@ class Captioning:
 
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
     def check(self, cfg: Config) -> None:
-        """Build the captioner on the meta device (every model option, site and mechanism is checked)."""
-        check_model_config(cfg.model)
+        """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
+        ``train.lr_scaling`` against it."""
+        lr_scale(cfg.train.lr_scaling, check_model_config(cfg.model))
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Decode ``request.split`` (default ``test``) with beam search, score it, write predictions and metrics
@@ -392,10 +405,16 @@ class Captioning:
         return "\n".join(lines)
 
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
-        """Parameters (total, per top-level module), FLOPs of a training and a decoding step, and latency."""
+        """Parameters (total, per top-level module, backbone), FLOPs of a training and a decoding step, backbone
+        multiply-adds per sample (encoder over ``regions``, decoder over ``length``), and latency."""
+        if shapes.length + 1 > cfg.model.max_positions:
+            raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
+                              f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
         model = build_captioner(cfg.model, shapes.vocab_size)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,
                      feature_dim=cfg.model.feature_dim, vocab=shapes.vocab_size)
+        model.eval()
+        madds = backbone_madds(model, shapes.regions, shapes.length, cfg.model.feature_dim, shapes.vocab_size)
         model.train()
         train_flops = flops_train_step(model, **sizes)
         model.eval()
@@ -406,6 +425,7 @@ class Captioning:
             "shapes": sizes,
             "threads": torch.get_num_threads(),
             "parameters": count_parameters(model),
+            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
             "flops": {"train_step": train_flops, "decode_step": decode_flops},
             "latency_ms": latency(model, repeats=shapes.repeats, **sizes),
         }

@@ -129,3 +129,12 @@ def on_main(ctx: DistContext, compute: Callable[[], T]) -> T:
     if status == "failed":
         raise VlattnError(f"rank 0: {value}")
     return value  # type: ignore[return-value]
+
+
+def broadcast_int(value: int, ctx: DistContext, device: torch.device) -> int:
+    """Rank 0's ``value`` on every rank (decisions only rank 0 can take, e.g. after its validation)."""
+    if ctx.world_size <= 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    dist.broadcast(tensor, src=0)
+    return int(tensor.item())

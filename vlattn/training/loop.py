@@ -4,7 +4,9 @@ The loop knows nothing about the loss: an *objective* maps ``(model, batch)`` to
 about the task, its config or its vocabularies: a *validator* maps the model to metrics (the
 ``selection_metric`` among them picks the ``best`` checkpoint, higher is better) and checkpoints are
 written by a :data:`CheckpointWriter` callback. It owns the data order, the learning-rate schedule,
-gradient averaging/clipping, validation, the choice of best/last checkpoints and resuming.
+gradient averaging/clipping, validation, the choice of best/last checkpoints, early stopping (``patience``:
+the stage ends after that many validated epochs without a better selection metric, as the released M2
+``train.py`` does with 5) and resuming.
 
 Reproducible resume: every epoch's order is a permutation drawn from ``seed + epoch`` (independent of
 the global RNG), DataLoader worker seeds come from a dedicated generator, validation runs under
@@ -32,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from vlattn.errors import TrainingInterrupted, VlattnError
-from vlattn.training.distributed import DistContext, average_gradients, max_over_ranks
+from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
 from vlattn.training.signals import StopSignals, ignore_stop_signals
@@ -85,6 +87,7 @@ class LoopOptions:
     checkpoint_every: int = 0
     max_steps: int = 0
     num_workers: int = 0
+    patience: int = 0  # stop after this many epochs without a better selection metric (0: never)
 
 
 @dataclass
@@ -98,10 +101,11 @@ class LoopState:
     step: int = 0
     best_score: float = -math.inf
     log_records: int = 0
+    stale_epochs: int = 0  # validated epochs since the best one
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "sample_in_epoch": self.sample_in_epoch, "step": self.step,
-                "best_score": self.best_score, "log_records": self.log_records}
+                "best_score": self.best_score, "log_records": self.log_records, "stale_epochs": self.stale_epochs}
 
     @classmethod
     def from_dict(cls, loop: dict[str, Any], samples_per_batch: int) -> LoopState:
@@ -110,7 +114,7 @@ class LoopState:
         ``log_records`` (-1: unknown)."""
         sample = loop.get("sample_in_epoch", int(loop.get("batch_in_epoch", 0)) * samples_per_batch)
         return cls(int(loop["epoch"]), int(sample), int(loop["step"]), float(loop["best_score"]),
-                   int(loop.get("log_records", -1)))
+                   int(loop.get("log_records", -1)), int(loop.get("stale_epochs", 0)))
 
 
 def _rng_state() -> dict[str, Any]:
@@ -259,6 +263,8 @@ class Trainer:
         improved = score > self.state.best_score
         if improved:
             self.state.best_score = score
+        stale = 0 if improved else self.state.stale_epochs + 1
+        self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
         self.state.epoch += 1
         self.state.sample_in_epoch = 0
         if improved:  # before ``last``: a crash between the two leaves ``last`` at the previous state, so the
@@ -268,6 +274,9 @@ class Trainer:
 
     def _done(self) -> bool:
         return self.options.max_steps > 0 and self.state.step >= self.options.max_steps
+
+    def _out_of_patience(self) -> bool:
+        return 0 < self.options.patience <= self.state.stale_epochs
 
     def _stop_if_signalled(self, signals: StopSignals) -> None:
         """At a step boundary: if any rank got SIGINT/SIGTERM, save ``last`` (unless just saved) and stop."""
@@ -290,7 +299,7 @@ class Trainer:
         quiet = not sys.stderr.isatty() or not self.ctx.is_main
         try:
             with StopSignals() as signals:
-                while self.state.epoch < self.options.epochs and not self._done():
+                while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
                     self._stop_if_signalled(signals)
                     loader, sampler = self._loader(self.state.epoch, self.state.sample_in_epoch)
                     bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}",
@@ -307,6 +316,9 @@ class Trainer:
                             break
                         self._stop_if_signalled(signals)
                     last_metrics = self._end_epoch()
+            if self._out_of_patience():
+                self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
+                               reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")
         finally:
             self.log.close()
         return last_metrics
