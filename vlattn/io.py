@@ -148,10 +148,13 @@ def recover_swap(path: Path, leftovers: list[Path]) -> Path | None:
     return None
 
 
-def fsync_files(directory: Path) -> None:
-    """Flush every file directly in ``directory`` to disk (before the directory is swapped into place)."""
+def finish_files(directory: Path) -> None:
+    """Give every file directly in ``directory`` the permissions the umask allows (writers such as safetensors
+    create 0600 files) and flush it to disk, before the directory is swapped into place."""
+    mode = 0o666 & ~umask()
     for entry in directory.iterdir():
         if entry.is_file():
+            os.chmod(entry, mode)
             with open(entry, "rb") as handle:
                 os.fsync(handle.fileno())
 

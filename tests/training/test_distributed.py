@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,7 @@ from vlattn.training.loop import EpochBatchSampler
 from vlattn.training.rundir import run_lock
 from tests.slow import scaled
 from tests.training.conftest import tiny_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.training.subproc import Child
 
 
 def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
@@ -112,17 +110,9 @@ def test_torchrun_a_signal_to_one_rank_stops_all_at_the_same_step(tiny_data: Pat
     done = subprocess.run(torchrun("-m", "vlattn.cli", *train, str(straight)), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    ready = tmp_path / "ready"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(torchrun("-m", "tests.training.subproc", "--ready", str(ready), "--hook", "signal:3",
-                                      "--rank", "1", "--", *train, str(run)),
-                             cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not ready.exists():
-        assert child.poll() is None and time.monotonic() < deadline, child.communicate()[1][-3000:]
-        time.sleep(0.05)
-    os.kill(int(ready.read_text()), signal.SIGTERM)
-    _, err = child.communicate(timeout=300)
+    child = Child(tmp_path, "signal:3", *train, str(run), launcher=torchrun("-m")[1:], rank=1)
+    os.kill(child.wait_ready(), signal.SIGTERM)
+    _, err = child.finish()
     stopped = [line for line in err.splitlines() if line.startswith("vlattn: stopped by SIGTERM at step 3 (epoch 1)")]
     assert len(stopped) == 2 and err.count("exitcode  : 143") == 2, err[-3000:]
     assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 3

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -26,9 +24,9 @@ from vlattn.config import config_to_dict
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.rundir import run_lock
 from tests.test_bad_input import one_line
-from tests.training.conftest import Crash, tiny_config
+from tests.training.conftest import Crash, make_tiny_vqa_data, tiny_config, tiny_vqa_config
+from tests.training.subproc import ROOT, Child
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ("train.epochs=2", "train.checkpoint_every=4")  # 9 steps per epoch: checkpoints at 4, 8, 9 (+best), ...
 
 
@@ -67,37 +65,6 @@ def assert_each_record_once(run: Path) -> None:
     assert max(counts.values()) == 1, [key for key, n in counts.items() if n > 1]
 
 
-class Child:
-    """``vlattn ARGS`` in a child process that stops at ``hook`` (see tests/training/subproc.py)."""
-
-    def __init__(self, tmp_path: Path, hook: str, *args: str, launcher: tuple[str, ...] = ("-m",)) -> None:
-        self.ready = tmp_path / f"ready-{hook.replace(':', '-')}-{time.monotonic_ns()}"
-        command = [sys.executable, *launcher, "tests.training.subproc", "--ready", str(self.ready), "--hook", hook,
-                   "--", *args]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
-
-    def wait_ready(self, suffix: str = "") -> int:
-        """Wait until the child reached its hook; returns the PID that wrote the ready file."""
-        file = self.ready.with_name(self.ready.name + suffix)
-        deadline = time.monotonic() + 300
-        while not file.exists():
-            if self.process.poll() is not None:
-                pytest.fail(f"child exited with {self.process.returncode} before its hook: {self.process.stderr.read()}")
-            assert time.monotonic() < deadline, "child never reached its hook"
-            time.sleep(0.02)
-        return int(file.read_text())
-
-    def finish(self) -> tuple[int, str]:
-        _, err = self.process.communicate(timeout=300)
-        return self.process.returncode, err
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL: no handler, no cleanup
-        self.process.communicate(timeout=60)
-
-
 def train_args(config: Path, run: Path, *extra: str) -> list[str]:
     """One torch thread as in this process (tests/conftest.py): the same float sums, the same weights."""
     return ["--threads", "1", "train", "--config", str(config), "--out", str(run), "--device", "cpu", *extra]
@@ -111,7 +78,9 @@ def snapshot(run: Path) -> dict[str, bytes]:
 # --- one writer per run directory ------------------------------------------------------------------------
 
 
-def test_a_second_train_on_a_running_run_exits_2_naming_the_holder(config_file: Path, tmp_path: Path, vlattn_cli) -> None:
+def test_a_second_train_on_a_running_run_exits_2_naming_the_holder(
+    config_file: Path, straight: Path, tmp_path: Path, vlattn_cli
+) -> None:
     run = tmp_path / "run"
     child = Child(tmp_path, "step:6", *train_args(config_file, run))  # holds the run at step 6 (checkpoint at 4)
     holder = child.wait_ready()
@@ -128,6 +97,8 @@ def test_a_second_train_on_a_running_run_exits_2_naming_the_holder(config_file: 
     assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 4
     code, _, err = vlattn_cli("train", "--out", str(run), "--resume", "--device", "cpu")
     assert code == 0, err
+    assert_same_weights(run, straight)
+    assert_each_record_once(run)
 
 
 def test_the_lock_is_the_os_lock_of_the_holding_process(tmp_path: Path, vlattn_cli, config_file: Path) -> None:
@@ -285,3 +256,50 @@ def test_records_after_the_checkpoint_resumed_are_dropped(
     assert [r["step"] for r in records(run) if r["kind"] == "train"] == list(range(1, 19))
     assert [r["step"] for r in records(run) if r["kind"] == "val"] == [9, 18]
     assert_same_weights(run, straight)  # ``best`` included: written by the resumed run
+
+
+# --- VQA runs --------------------------------------------------------------------------------------------
+
+
+def test_a_vqa_run_killed_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_one(
+    tmp_path: Path, vlattn_cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run directory rules are the trainer's, not a task's: a tiny MCAN (72 questions, 9 steps an epoch) is
+    killed at step 6, a second train is refused meanwhile, and ``--resume`` (from the step-4 checkpoint, with
+    the run's own config) ends bit-identical to the same run without interruption."""
+    root = make_tiny_vqa_data(tmp_path / "data")
+    cfg = tiny_vqa_config(root, *SETTINGS)
+    config = tmp_path / "vqa.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    straight_run, run = tmp_path / "straight", tmp_path / "run"
+    tasks.train(cfg, straight_run, device="cpu")
+    child = Child(tmp_path, "step:6", *train_args(config, run))
+    holder = child.wait_ready()
+    code, _, err = vlattn_cli(*train_args(config, run, "--resume"))
+    assert code == 2 and f"in use by process {holder}" in err, err
+    child.kill()
+    code, _, err = vlattn_cli("train", "--out", str(run), "--resume", "--device", "cpu")
+    assert code == 0, err
+    assert f"resuming from {run}/checkpoints/last" in caplog.text
+    assert records(run, "history.jsonl")[-1]["step"] == 4
+    assert_same_weights(run, straight_run)
+    assert_each_record_once(run)
+    assert [r["step"] for r in records(run) if r["kind"] == "data"] == [0, 4]  # one data summary per start
+
+
+# --- permissions -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_run_files_get_the_permissions_of_the_umask(mask: int, tiny_data: Path, tmp_path: Path) -> None:
+    """Checkpoints, config, logs, the lock: as ``open``/``mkdir`` would create them (not mkstemp's 0600/0700)."""
+    old = os.umask(mask)
+    try:
+        tasks.train(tiny_config(tiny_data, "train.epochs=1", "train.max_steps=2"), tmp_path / "run", device="cpu")
+    finally:
+        os.umask(old)
+    entries = [tmp_path / "run", *(tmp_path / "run").rglob("*")]
+    assert {oct(p.stat().st_mode & 0o777) for p in entries if p.is_dir()} == {oct(0o777 & ~mask)}
+    files = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in entries if p.is_file()}
+    assert {"run/.lock", "run/config.yaml", "run/checkpoints/last/model.safetensors"} <= files.keys()
+    assert set(files.values()) == {oct(0o666 & ~mask)}, files

@@ -46,7 +46,7 @@ from safetensors.torch import load_model, save_model
 from vlattn.config import Config, config_from_dict, save_config
 from vlattn.errors import DataError
 from vlattn.io import (
-    fsync_files,
+    finish_files,
     make_temporary_dir,
     recover_swap,
     remove_paths,
@@ -142,7 +142,7 @@ def save_checkpoint(
         save_vocabularies(tmp, vocabularies)
         if train_state is not None:
             torch.save(train_state, tmp / STATE_FILE)
-        fsync_files(tmp)
+        finish_files(tmp)
         replace_dir(tmp, path)
     finally:
         if tmp.exists():
