@@ -17,7 +17,7 @@ from vlattn.data.vocab import Vocabulary
 from vlattn.errors import ConfigError
 from vlattn.training.rundir import Setting, resume_config
 from tests.test_bad_input import one_line
-from tests.training.conftest import tiny_config
+from tests.training.conftest import Crash, crash_at_step, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,18 @@ def test_resume_config_sources(tiny_data: Path) -> None:
     # a whole section given by --set names every key it changes as --set
     _, settings = resume_config(trained, trained, None, ["train.schedule={name: constant, options: {lr: 0.001}}"])
     assert {s.source for s in settings} == {"--set"} and {s.key for s in settings} >= {"train.schedule.name"}
+
+
+def test_another_batch_size_mid_epoch_skips_no_sample(tiny_data: Path, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """72 training captions, batch 8, checkpoint every 4 steps, a crash in step 6: the run resumed with
+    ``--set train.batch_size=5`` takes the 40 captions after the first 32 in 8 steps of 5 (not 72 - 4 * 5 after a
+    position counted in batches), validates at step 12, then 15 steps for epoch 2."""
+    run = tmp_path / "run"
+    with crash_at_step(6), pytest.raises(Crash):
+        tasks.train(tiny_config(tiny_data, "train.epochs=2", "train.checkpoint_every=4"), run, device="cpu")
+    tasks.train(None, run, overrides=["train.batch_size=5"], resume=True, device="cpu")
+    assert "resume: train.batch_size: 8 -> 5 (--set)" in caplog.text
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 28))
+    assert [r["step"] for r in records if r["kind"] == "val"] == [12, 27]
