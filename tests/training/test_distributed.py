@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -82,6 +83,12 @@ def torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}", *args]
 
 
+def worker_exit_codes(stderr: str) -> list[str]:
+    """The exit codes torchrun reports for its failed workers: a worker's own, or -15 for one that torchrun ended
+    (SIGTERM) because another had exited first."""
+    return re.findall(r"exitcode  : (-?\d+)", stderr)
+
+
 @pytest.mark.slow
 def test_torchrun_ranks_share_the_lock_outcome(tiny_data: Path, tmp_path: Path) -> None:
     """Rank 0 takes the run's lock; when it cannot, every rank exits 2 with its message (none waits forever)."""
@@ -94,15 +101,18 @@ def test_torchrun_ranks_share_the_lock_outcome(tiny_data: Path, tmp_path: Path) 
                                          "--device", "cpu"), capture_output=True, text=True, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     message = f"{run}: run directory is in use by process {os.getpid()} (another vlattn train)"
-    assert result.returncode != 0 and len(lines) == 2 and all(message in line for line in lines), result.stderr[-3000:]
+    codes = worker_exit_codes(result.stderr)
+    assert result.returncode != 0 and "2" in codes and set(codes) <= {"2", "-15"}, result.stderr[-3000:]
+    assert len(lines) >= 2 - codes.count("-15") and all(message in line for line in lines), result.stderr[-3000:]
     # torchrun itself then reports the failed workers (its own traceback); the workers print no traceback
-    assert result.stderr.count("exitcode  : 2") == 2 and "[rank" not in result.stderr
+    assert "[rank" not in result.stderr
 
 
 @pytest.mark.slow
 def test_torchrun_a_signal_to_one_rank_stops_all_at_the_same_step(tiny_data: Path, tmp_path: Path) -> None:
-    """SIGTERM to rank 1 only: the ranks agree, rank 0 saves at the step boundary, every rank exits 143, and the
-    run resumed under torchrun ends with the weights of an uninterrupted one."""
+    """SIGTERM to rank 1 only: the ranks agree, rank 0 saves at the step boundary, every rank says so and exits
+    143 (or is ended by torchrun, SIGTERM, once the first of them has exited), and the run resumed under torchrun
+    ends with the weights of an uninterrupted one."""
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=2"))))
     straight, run = tmp_path / "straight", tmp_path / "run"
@@ -114,7 +124,8 @@ def test_torchrun_a_signal_to_one_rank_stops_all_at_the_same_step(tiny_data: Pat
     os.kill(child.wait_ready(), signal.SIGTERM)
     _, err = child.finish()
     stopped = [line for line in err.splitlines() if line.startswith("vlattn: stopped by SIGTERM at step 3 (epoch 1)")]
-    assert len(stopped) == 2 and err.count("exitcode  : 143") == 2, err[-3000:]
+    codes = worker_exit_codes(err)
+    assert "143" in codes and set(codes) <= {"143", "-15"} and len(stopped) >= 2 - codes.count("-15"), err[-3000:]
     assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 3
 
     resumed = subprocess.run(torchrun("-m", "vlattn.cli", "--threads", "1", "train", "--out", str(run), "--resume",
