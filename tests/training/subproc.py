@@ -9,7 +9,7 @@ send it real signals.
 - ``signal:K``          waits inside step K until a SIGINT/SIGTERM has reached the trainer, then finishes the
                         step (so the run stops at the boundary after step K);
 - ``signals:K``         as ``signal:K``, then writes ``FILE.2`` and waits for a second signal;
-- ``checkpoint:N``      waits forever inside the N-th checkpoint write (model and config written, the rest not);
+- ``checkpoint:N``      waits forever inside the N-th checkpoint write (the weights written, the rest not);
 - ``swap:N``            waits forever between the two renames that swap the N-th checkpoint into place;
 - ``store:N``           waits forever before the N-th swap of a complete feature store or synthetic set
                         (``data convert``, ``data synth``) into place.
@@ -103,7 +103,8 @@ def install(hook: str, file: Path) -> None:
 
         on_call(Trainer, "_step", number, at_step)  # any task: the trainer's step, before it runs
     elif kind == "checkpoint":
-        on_call(checkpoint, "save_vocabularies", number, lambda: (ready(file), wait_forever()))
+        # ``checkpoint.save_config`` is called by checkpoint writes only (run directories import vlattn.config's)
+        on_call(checkpoint, "save_config", number, lambda: (ready(file), wait_forever()))
     elif kind == "swap":
         real_replace_dir = vlattn.io.replace_dir
         calls = {"n": 0}
