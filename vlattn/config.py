@@ -74,6 +74,7 @@ class ModelConfig:
     tie_embeddings: bool = False
     output_bias: bool = True
     box_input: bool = False
+    box_encoding: Literal["none", "sinusoidal"] = "none"
     encoder_self_attention: Spec = spec("mha")
     decoder_self_attention: Spec = spec("mha")
     decoder_cross_attention: Spec = spec("mha")

@@ -22,8 +22,11 @@ from vlattn.attention.base import (
     Site,
 )
 from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
+from vlattn.attention.gsa import GeometryAwareSelfAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.attention.ngsa import NormalizedGeometryAwareSelfAttention
+from vlattn.attention.nsa import NormalizedSelfAttention
 from vlattn.config import lookup, parse_options
 from vlattn.errors import ConfigError
 
@@ -31,6 +34,9 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "mha": MultiHeadAttention,
     "memory": MemoryAugmentedAttention,
     "additive": AdditiveAttention,
+    "nsa": NormalizedSelfAttention,
+    "gsa": GeometryAwareSelfAttention,
+    "ngsa": NormalizedGeometryAwareSelfAttention,
 }
 
 
@@ -94,9 +100,12 @@ __all__ = [
     "AttentionDims",
     "AttentionOutput",
     "Capabilities",
+    "GeometryAwareSelfAttention",
     "KVCache",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
+    "NormalizedGeometryAwareSelfAttention",
+    "NormalizedSelfAttention",
     "Site",
     "StaticKVCache",
     "attention_class",

@@ -59,17 +59,21 @@ class TransformerEncoder(nn.Module):
     """Region encoder: ``forward(features (B,N,D), boxes (B,N,4), region_mask (B,N))`` -> :class:`Memory`
     holding all layer outputs (B, L, N, d)."""
 
-    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module]) -> None:
+    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module], box_encoding: nn.Module | None = None) -> None:
         super().__init__()
         self.input_proj = input_proj
         self.layers = nn.ModuleList(layers)
+        self.box_encoding = box_encoding
 
     def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, bias: Tensor | None = None) -> Memory:
         """``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2, ``region_mask`` bool (B, N)
-        True = real; ``bias`` added to every layer's self-attention logits."""
+        True = real; ``bias`` added to every layer's self-attention logits. With a ``box_encoding`` module
+        (boxes (B, N, 4) -> (B, N, d)), its output is added to the projected features (absolute geometry)."""
         mask = region_mask[:, None, None, :]  # (B, 1, 1, N): padded regions are never attended to
         context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask))
         x = self.input_proj(features)  # (B, N, d)
+        if self.box_encoding is not None:
+            x = x + self.box_encoding(boxes)
         outputs = []
         for layer in self.layers:
             x = layer(x, mask, context, bias)
