@@ -9,7 +9,7 @@ from itertools import combinations
 
 import pytest
 import torch
-from registry_cases import D, H, build_mechanism, random_boxes, self_attention_call
+from registry_cases import D, H, build_mechanism, naive_attention_loops, random_boxes, self_attention_call
 
 from vlattn.attention import AttentionContext, AttentionDims, Site, build_attention, check_placement
 from vlattn.config import config_from_dict
@@ -17,7 +17,6 @@ from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.geometry import RATIO_EPS, SIZE_EPS
 
-D_K = D // H
 PHIS = ("content_independent", "query_dependent", "key_dependent")
 PHI_SETS = [[phi] for phi in PHIS] + [list(pair) for pair in combinations(PHIS, 2)] + [list(PHIS)]
 
@@ -108,21 +107,7 @@ def naive_gsa(module, x: torch.Tensor, boxes: torch.Tensor, real: torch.Tensor, 
     q = q if normalised_q is None else normalised_q
     k = x @ module.k_proj.weight.T + module.k_proj.bias
     v = x @ module.v_proj.weight.T + module.v_proj.bias
-    batch, count, _ = x.shape
-    out = torch.zeros_like(x)
-    for b in range(batch):
-        for i in range(count):
-            heads = []
-            for h in range(H):
-                cols = slice(h * D_K, (h + 1) * D_K)
-                logits = torch.tensor([
-                    float(q[b, i, cols] @ k[b, j, cols]) / math.sqrt(D_K) + naive_phi(module, x, boxes, b, h, i, j)
-                    if real[b, j] else float("-inf")
-                    for j in range(count)
-                ])
-                heads.append(torch.softmax(logits, 0) @ v[b, :, cols])
-            out[b, i] = module.out_proj(torch.cat(heads))
-    return out
+    return naive_attention_loops(q, k, v, real, module.out_proj, lambda b, h, i, j: naive_phi(module, x, boxes, b, h, i, j))
 
 
 @pytest.mark.parametrize("phi", PHI_SETS, ids=["+".join(p) for p in PHI_SETS])

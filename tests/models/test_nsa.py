@@ -8,14 +8,13 @@ import math
 
 import pytest
 import torch
-from registry_cases import D, H, build_mechanism, self_attention_call
+from registry_cases import D, build_mechanism, naive_attention_loops, self_attention_call
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
 from vlattn.config import config_from_dict
 from vlattn.errors import ConfigError
 from vlattn.layers.masked_norm import BATCH_NORM_MOMENTUM, MaskedBatchNorm
 
-D_K = D // H
 VARIANTS = [  # every normaliser x every choice of normalised projections; gamma/beta with both
     {"norm": norm, "normalize": normalize, "affine": normalize == "both"}
     for norm in ("instance", "batch", "layer")
@@ -73,20 +72,7 @@ def naive_nsa(module, x: torch.Tensor, real: torch.Tensor, options: dict) -> tor
         if norm is not None:
             normed = naive_norm(q if which == "q" else k, real, options["norm"], 1e-5, norm.weight, norm.bias, stats)
             q, k = (normed, k) if which == "q" else (q, normed)
-    batch, count, _ = x.shape
-    out = torch.zeros_like(x)
-    for b in range(batch):
-        for i in range(count):
-            heads = []
-            for h in range(H):
-                cols = slice(h * D_K, (h + 1) * D_K)
-                logits = torch.stack([
-                    q[b, i, cols] @ k[b, j, cols] / math.sqrt(D_K) if real[b, j] else torch.tensor(float("-inf"))
-                    for j in range(count)
-                ])
-                heads.append(torch.softmax(logits, 0) @ v[b, :, cols])
-            out[b, i] = linear(torch.cat(heads), module.out_proj)
-    return out
+    return naive_attention_loops(q, k, v, real, module.out_proj)
 
 
 @pytest.mark.parametrize("options", VARIANTS, ids=variant_id)
