@@ -82,7 +82,7 @@ class GeometricBias(nn.Module):
             terms.append(torch.einsum("bhid,bijd->bhij", self.split_heads(self.query_proj(query)), geometry))
         if self.key_proj is not None:  # Eq. 13: K'_j . G_ij
             terms.append(torch.einsum("bhjd,bijd->bhij", self.split_heads(self.key_proj(key)), geometry))
-        return torch.stack(terms).sum(0) if len(terms) > 1 else terms[0]  # (B, H, Nq, Nk)
+        return sum(terms[1:], start=terms[0])  # (B, H, Nq, Nk)
 
 
 class GeometryAwareSelfAttention(MultiHeadAttention):

@@ -9,7 +9,7 @@ Table 2 compares the three):
   with the means taken over the *real* elements only (``mask`` True), so padding never changes the result;
 - ``batch`` (BN): per channel, over the real elements of every instance of the batch in training; running
   statistics (momentum :data:`BATCH_NORM_MOMENTUM`, unbiased running variance, as ``torch.nn.BatchNorm1d``)
-  in evaluation;
+  in evaluation; with several processes each uses its own batch (not synchronised, like ``BatchNorm1d``);
 - ``layer`` (LN): per element, over its C channels (padding is irrelevant).
 
 ``affine`` adds the channel-wise gamma (init 1) and beta (init 0). ``eps`` is added to the variance
