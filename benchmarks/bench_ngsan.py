@@ -14,14 +14,14 @@ from functools import partial
 
 import torch
 from bench_xe_step import xe_step
-from results import paired_ratio, parse_args, publish
+from results import paired_ratio, parse_args, publish, sized
 from torch import Tensor, nn
 
 from vlattn.config import load_config
 from vlattn.models import build_captioner
 from vlattn.models.profile import random_batch, time_interleaved
 
-VOCAB, BATCH, REGIONS, LENGTH, FEATURES = 9487, 10, 50, 20, 2048
+VOCAB, LENGTH, FEATURES = 9487, 20, 2048
 PRESETS = {"SAN": "san", "N-SAN": "n-san", "G-SAN": "g-san", "NG-SAN": "ng-san"}
 
 
@@ -44,8 +44,9 @@ def main() -> None:
         torch.manual_seed(0)
         models[name] = build_captioner(load_config(f"configs/{preset}.yaml").model, VOCAB)
         optimizers[name] = torch.optim.Adam(models[name].parameters(), lr=1e-6)
-    inputs = random_batch(BATCH, REGIONS, LENGTH, FEATURES, VOCAB)
-    inputs["region_mask"][:, 40:] = False
+    batch, regions = sized(args, 10, 2), sized(args, 50, 10)
+    inputs = random_batch(batch, regions, LENGTH, FEATURES, VOCAB)
+    inputs["region_mask"][:, regions - regions // 5 :] = False
     tasks = {"XE training step": xe_run, "encode (eval, no grad)": encode_run}
     runs = {(task, name): partial(run, models[name], optimizers[name], inputs) for task, run in tasks.items() for name in models}
     times = time_interleaved(runs, args.repeats)
@@ -56,7 +57,7 @@ def main() -> None:
         ratios = [f"{paired_ratio(times[(task, name)], base):.2f}x" for name in models if name != "SAN"]
         rows.append(f"| {task} | {' | '.join(cells)} | {' | '.join(ratios)} |")
     names = list(models)
-    body = f"""Batch {BATCH}, {REGIONS} regions x {FEATURES}-d (10 padded), {LENGTH} tokens, vocabulary {VOCAB}; the four presets (4+4
+    body = f"""Batch {batch}, {regions} regions x {FEATURES}-d ({regions // 5} padded), {LENGTH} tokens, vocabulary {VOCAB}; the four presets (4+4
 layers, d=512, 8 heads, FFN 2048; N-SAN: IN of the queries; G-SAN/NG-SAN: query-dependent geometric bias,
 d_g = 64). XE step: forward + cross-entropy + backward + Adam, train mode; encode: `model.encode`, eval mode,
 no gradients. `torch.set_num_threads(1)`, {args.repeats} interleaved rounds of the eight runs, median ms; ratios are
