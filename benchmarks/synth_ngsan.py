@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra overrides for every run")
+    parser.add_argument("--note", default="", help="a remark on the results, printed under the tables")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
     scenes_json = json.loads((args.data / "scenes.json").read_text())
@@ -178,6 +179,8 @@ Per seed (test CIDEr-D / relation probe accuracy), seeds {seeds}:
 | model | {' | '.join(f'seed {s}' for s in args.seeds)} |
 |---|{'---|' * len(args.seeds)}
 {chr(10).join(per_seed)}
+
+{args.note}
 
 Commands (run sequentially, one torch thread; `vlattn` is .venv/bin/vlattn):
 
