@@ -119,6 +119,17 @@ def relation_scores(run: Path, scenes: dict[int, dict], next_to_gap: float) -> d
     }
 
 
+def without_note(argv: list[str]) -> list[str]:
+    """The command line without ``--note TEXT`` (the note is printed under the tables)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg == "--note":
+            skip = arg == "--note"
+            continue
+        kept.append(arg)
+    return kept
+
+
 def mean_std(values: list[float], digits: int = 3) -> str:
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
@@ -187,7 +198,7 @@ Commands (run sequentially, one torch thread; `vlattn` is .venv/bin/vlattn):
 ```
 vlattn --threads 1 data synth --out {args.data}
 {chr(10).join(commands)}
-.venv/bin/python {' '.join(sys.argv)}
+.venv/bin/python {' '.join(without_note(sys.argv))}
 ```"""
     print(body)
     if not args.no_write:
