@@ -43,6 +43,7 @@ MODELS: dict[str, list[str]] = {
     "G-SAN": ["model.encoder_self_attention.name=gsa"],
     "NG-SAN": ["model.encoder_self_attention.name=ngsa"],
     "SAN + absolute": ["model.encoder_self_attention.name=mha", "model.box_encoding=sinusoidal"],
+    "G-SAN signed": ["model.encoder_self_attention.name=gsa", "model.encoder_self_attention.options.geometry=signed"],
 }
 METRICS = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 VLATTN = str(Path(sys.executable).with_name("vlattn"))
@@ -149,7 +150,7 @@ def main() -> None:
     scenes = {image["image_id"]: image for image in scenes_json["images"]}
     next_to_gap = float(scenes_json["info"]["next_to_gap"])
     commands: list[str] = []
-    runs = {(model, seed): args.runs / f"{model.lower().replace(' + ', '+')}-s{seed}" for model in args.models for seed in args.seeds}
+    runs = {(model, seed): args.runs / f"{model.lower().replace(' + ', '+').replace(' ', '-')}-s{seed}" for model in args.models for seed in args.seeds}
     reports = {}
     for seed in args.seeds:  # every model of a seed before the next seed: comparable partial results early
         for model in args.models:
@@ -170,8 +171,9 @@ def main() -> None:
     body = f"""configs/demo.yaml (Transformer 2+2 layers, d=128, 4 heads, FFN 512, 10 XE epochs, Noam scale 0.5, warm-up
 400, batch 50) with `{' '.join(COMMON + args.overrides)}` for every model, so that geometry reaches the model only
 through the encoder self-attention (as in the paper, SAN sees detector features only); the encoder self-attention
-is mha (SAN), nsa (N-SAN), gsa (G-SAN, query-dependent), ngsa (NG-SAN) with their default options, or mha plus
-`model.box_encoding=sinusoidal` (SAN + absolute, Table 4). Synthetic data at {args.data} (`vlattn data synth`,
+is mha (SAN), nsa (N-SAN), gsa (G-SAN, query-dependent), ngsa (NG-SAN) with their default options, mha plus
+`model.box_encoding=sinusoidal` (SAN + absolute, Table 4), or gsa with `geometry: signed` (G-SAN signed: the
+relative geometry keeps the direction of the offsets, which Eq. 8's absolute values drop; not in the paper). Synthetic data at {args.data} (`vlattn data synth`,
 defaults: 2000 images, 1600/200/200). Best checkpoint by validation CIDEr-D, test split (200 images), beam 3.
 Seeds {seeds} (`train.seed`: initialisation and batch order); mean ± sample standard deviation over the seeds.
 

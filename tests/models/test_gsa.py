@@ -46,7 +46,7 @@ def test_geometry_finite_for_zero_size_and_identical_boxes() -> None:
         [0.3, 0.1, 0.3, 0.6],  # 4: zero width, same centre x as 0
     ]])
     f = BoxGeometry(boxes).relative
-    assert torch.isfinite(f).all()
+    assert torch.isfinite(f).all() and torch.isfinite(BoxGeometry(boxes).relative_signed).all()
     bound = math.log(1 / SIZE_EPS)
     assert f.abs().max() <= bound + 1e-4
     torch.testing.assert_close(f[0, 0, 1], torch.tensor([math.log(RATIO_EPS), math.log(RATIO_EPS), 0.0, 0.0]))
@@ -63,6 +63,26 @@ def test_geometry_finite_for_zero_size_and_identical_boxes() -> None:
     assert all(torch.isfinite(p.grad).all() for p in module.parameters())
 
 
+def test_signed_geometry_by_hand() -> None:
+    boxes = torch.tensor([[[0.0, 0.0, 0.2, 0.4], [0.5, 0.5, 0.6, 0.6]]])
+    f = BoxGeometry(boxes).relative_signed
+    torch.testing.assert_close(f[0, 0, 1], torch.tensor([-math.log(1 + 2.25), -math.log(1 + 0.875), math.log(2.0), math.log(4.0)]))
+    torch.testing.assert_close(f[0, 1, 0], torch.tensor([math.log(1 + 4.5), math.log(1 + 3.5), math.log(0.5), math.log(0.25)]))
+    torch.testing.assert_close(f[0, 0, 0], torch.zeros(4))
+
+
+def test_paper_geometry_cannot_tell_left_from_right_signed_can() -> None:
+    """Eq. 8 uses |x_i - x_j|: a mirrored layout (x -> 1 - x) gives the same bias and the same outputs."""
+    call = self_attention_call(Site.ENCODER_SELF)
+    mirrored_boxes = torch.stack([1 - call.boxes[..., 2], call.boxes[..., 1], 1 - call.boxes[..., 0], call.boxes[..., 3]], -1)
+    mirrored = AttentionContext(Site.ENCODER_SELF, call.valid_queries, BoxGeometry(mirrored_boxes, call.valid_queries))
+    real = call.valid_queries
+    for geometry, same in (("paper", True), ("signed", False)):
+        module = build_mechanism("gsa", Site.ENCODER_SELF, phi=list(PHIS), geometry=geometry)
+        out, flipped = call.run(module).out[real], call.run(module, context=mirrored).out[real]
+        assert torch.allclose(out, flipped, atol=1e-5) is same, geometry
+
+
 def test_relative_geometry_ignores_the_scale_of_the_coordinates() -> None:
     boxes = random_boxes(2, 5, torch.Generator().manual_seed(3))
     torch.testing.assert_close(BoxGeometry(boxes * 640).relative, BoxGeometry(boxes).relative, atol=1e-4, rtol=1e-5)
@@ -71,22 +91,24 @@ def test_relative_geometry_ignores_the_scale_of_the_coordinates() -> None:
 # --- Eq. 9-13 against loops ---------------------------------------------------------------------------------------
 
 
-def naive_geometry(boxes: torch.Tensor, b: int, i: int, j: int) -> list[float]:
-    """Eq. 8 for one pair, with the clamps of vlattn.layers.geometry."""
+def naive_geometry(boxes: torch.Tensor, b: int, i: int, j: int, signed: bool = False) -> list[float]:
+    """Eq. 8 for one pair, with the clamps of vlattn.layers.geometry (``signed``: the direction-keeping variant)."""
     def centre_size(box):
         x1, y1, x2, y2 = box.tolist()
         return (x1 + x2) / 2, (y1 + y2) / 2, max(x2 - x1, SIZE_EPS), max(y2 - y1, SIZE_EPS)
 
     xi, yi, wi, hi = centre_size(boxes[b, i])
     xj, yj, wj, hj = centre_size(boxes[b, j])
-    return [math.log(max(abs(xi - xj) / wi, RATIO_EPS)), math.log(max(abs(yi - yj) / hi, RATIO_EPS)),
-            math.log(wi / wj), math.log(hi / hj)]
+    sizes = [math.log(wi / wj), math.log(hi / hj)]
+    if signed:
+        return [math.copysign(math.log1p(abs(t)), t) for t in ((xi - xj) / wi, (yi - yj) / hi)] + sizes
+    return [math.log(max(abs(xi - xj) / wi, RATIO_EPS)), math.log(max(abs(yi - yj) / hi, RATIO_EPS)), *sizes]
 
 
 def naive_phi(module, x: torch.Tensor, boxes: torch.Tensor, b: int, h: int, i: int, j: int) -> float:
     """phi_ij of head h as the sum of the variants present (Eq. 9, 11-13), scalar by scalar."""
     bias = module.geometric_bias
-    f = naive_geometry(boxes, b, i, j)
+    f = naive_geometry(boxes, b, i, j, signed=module.relative_geometry == "relative_signed")
     fc_w, fc_b = bias.geometry_fc.weight.tolist(), bias.geometry_fc.bias.tolist()
     g = [max(0.0, sum(fc_w[k][m] * f[m] for m in range(4)) + fc_b[k]) for k in range(bias.d_g)]  # Eq. 9
     cols = range(h * bias.d_g, (h + 1) * bias.d_g)
@@ -110,10 +132,13 @@ def naive_gsa(module, x: torch.Tensor, boxes: torch.Tensor, real: torch.Tensor, 
     return naive_attention_loops(q, k, v, real, module.out_proj, lambda b, h, i, j: naive_phi(module, x, boxes, b, h, i, j))
 
 
-@pytest.mark.parametrize("phi", PHI_SETS, ids=["+".join(p) for p in PHI_SETS])
-def test_gsa_matches_naive_reference(phi: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("phi", "geometry"), [(p, "paper") for p in PHI_SETS] + [(list(PHIS), "signed")],
+    ids=["+".join(p) for p in PHI_SETS] + ["signed"],
+)
+def test_gsa_matches_naive_reference(phi: list[str], geometry: str) -> None:
     call = self_attention_call(Site.ENCODER_SELF, length=5)
-    module = build_mechanism("gsa", Site.ENCODER_SELF, phi=phi)
+    module = build_mechanism("gsa", Site.ENCODER_SELF, phi=phi, geometry=geometry)
     real = call.valid_queries
     with torch.no_grad():
         expected = naive_gsa(module, call.query, call.boxes, real)
@@ -237,6 +262,7 @@ def test_only_encoder_self_attention_with_geometry() -> None:
         ({"phi": ["query_dependent", "query_dependent"]}, r"options\.phi: give each variant once"),
         ({"phi": ["relative"]}, r"options\.phi\[0\]: 'relative' is not one of: content_independent"),
         ({"d_g": 0}, r"options\.d_g: must be >= 1"),
+        ({"geometry": "abs"}, r"options\.geometry: 'abs' is not one of: paper, signed"),
         ({"norm": "layer"}, r"unknown config key model\.encoder_self_attention\.options\.norm"),
     ],
 )
@@ -250,3 +276,13 @@ def test_ngsa_takes_both_sets_of_options() -> None:
     module = build_attention("ngsa", d_model=16, num_heads=2, options={"norm": "layer", "affine": True, "phi": ["key_dependent"], "d_g": 4})
     assert module.query_norm.weight is not None and module.q_proj.bias is not None  # LN keeps the bias
     assert module.geometric_bias.key_proj.out_features == 2 * 4 and module.geometric_bias.query_proj is None
+
+
+def test_reorder_keeps_both_relative_tables() -> None:
+    geometry = BoxGeometry(random_boxes(3, 4, torch.Generator().manual_seed(1)))
+    paper, signed = geometry.relative, geometry.relative_signed
+    index = torch.tensor([2, 0, 2])
+    reordered = geometry.reorder(index)
+    assert {"relative", "relative_signed"} <= reordered.__dict__.keys()
+    torch.testing.assert_close(reordered.relative, paper[index])
+    torch.testing.assert_close(reordered.relative_signed, signed[index])

@@ -27,6 +27,10 @@ Choices the paper leaves open, documented here:
   832 per layer for phi1 and 262,976 for phi2 or phi3 (see benchmarks/RESULTS.md, "NG-SAN parameters").
 - f_ij is computed once per image (:class:`~vlattn.layers.BoxGeometry`, shared through the context by every
   layer) with the clamps documented there.
+- **Direction.** Eq. 8 uses |x_i - x_j| and |y_i - y_j|, so GSA cannot tell left from right or above from
+  below (a mirrored layout gives the same bias). Option ``geometry: signed`` (not in the paper) uses
+  :attr:`~vlattn.layers.BoxGeometry.relative_signed`, which keeps the offsets' signs; ``paper`` (default) is
+  Eq. 8.
 
 Encoder self-attention with boxes only: the capabilities declare it and the builders refuse other sites and
 sites that pass no geometry.
@@ -46,6 +50,7 @@ from vlattn.errors import ConfigError
 
 Phi = Literal["content_independent", "query_dependent", "key_dependent"]
 GEOMETRY_FEATURES = 4  # the four entries of f_ij (Eq. 8)
+RELATIVE_GEOMETRY = {"paper": "relative", "signed": "relative_signed"}  # option -> BoxGeometry attribute
 
 
 def geometric_projection(d_model: int, width: int) -> nn.Linear:
@@ -93,10 +98,12 @@ class GeometryAwareSelfAttention(MultiHeadAttention):
     @dataclass
     class Options:
         """``phi``: the variants of the geometric bias, summed (Eq. 11-13); ``d_g``: the width of G and of each
-        head's geometric query/key (None: d / H)."""
+        head's geometric query/key (None: d / H); ``geometry``: Eq. 8 (``paper``) or its direction-keeping
+        variant (``signed``)."""
 
         phi: list[Phi] = field(default_factory=lambda: ["query_dependent"])
         d_g: int | None = None
+        geometry: Literal["paper", "signed"] = "paper"
 
         def check(self, where: str) -> None:
             if not self.phi or len(set(self.phi)) != len(self.phi):
@@ -113,9 +120,10 @@ class GeometryAwareSelfAttention(MultiHeadAttention):
         options = options or self.Options()
         d_g = options.d_g if options.d_g is not None else self.d_head
         self.geometric_bias = GeometricBias(dims.d_model, dims.num_heads, d_g, list(options.phi))
+        self.relative_geometry = RELATIVE_GEOMETRY[options.geometry]
 
     def logit_bias(self, query: Tensor, key: Tensor, context: AttentionContext | None) -> Tensor:
         """phi (B, H, Nq, Nk) from the inputs and the context's box geometry."""
         if context is None or context.geometry is None:
             raise ValueError("geometry-aware attention needs box geometry in the attention context")
-        return self.geometric_bias(query, key, context.geometry.relative)
+        return self.geometric_bias(query, key, getattr(context.geometry, self.relative_geometry))
