@@ -131,6 +131,12 @@ def without_note(argv: list[str]) -> list[str]:
     return kept
 
 
+def stated_true(results: list[dict]) -> str:
+    """Mean ± std of the share of true stated relations over the seeds whose captions state any."""
+    shares = [r["true"] for r in results if r["stated"]]
+    return mean_std(shares) if shares else "none stated"
+
+
 def mean_std(values: list[float], digits: int = 3) -> str:
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
@@ -164,7 +170,7 @@ def main() -> None:
         ]
         columns = [mean_std([r[m] for r in results]) for m in METRICS]
         columns += [mean_std([r["probe"] for r in results]), f"{statistics.mean(r['chance'] for r in results):.3f}",
-                    mean_std([r["true"] for r in results]), f"{statistics.mean(r['stated'] for r in results):.0f}"]
+                    stated_true(results), f"{statistics.mean(r['stated'] for r in results):.1f}"]
         rows.append(f"| {model} | " + " | ".join(columns) + " |")
         per_seed.append(f"| {model} | " + " | ".join(f"{r['CIDEr']:.3f} / {r['probe']:.3f}" for r in results) + " |")
     seeds = ", ".join(map(str, args.seeds))
