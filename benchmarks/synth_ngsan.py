@@ -11,7 +11,7 @@ Relation accuracy, two ways (vlattn.data.synth.claims):
 - probe: for every ordered pair of test objects with a unique full description, the model's likelihood of
   "<a> is <relation words> <b>" (teacher forcing, EOS included, summed over each relation's synonyms) picks one
   of the five relations; accuracy = share of pairs whose picked relation holds (chance = the mean share of
-  relations that hold for a pair);
+  relations that hold for a pair); the same on as many training images;
 - captions: the share of relation statements in the generated test captions (beam search, as evaluated) that
   are true of the scene, and how many were made.
 """
@@ -82,40 +82,51 @@ def sentence_log_probs(model: torch.nn.Module, inputs: dict, sentences: list[lis
     return (picked * (targets != pad)).sum(-1)
 
 
-def probe_choice(model, inputs: dict, probe: RelationProbe, vocab) -> str:
-    """The relation whose sentences (synonyms summed) the model finds most likely."""
-    relations = list(probe.sentences)
-    flat = [vocab.encode(words) for relation in relations for words in probe.sentences[relation]]
+def probe_choices(model, inputs: dict, probes: list[RelationProbe], vocab) -> list[str]:
+    """For each probe of one image, the relation whose sentences (synonyms summed) the model finds most likely;
+    all sentences of the image are scored in one batch."""
+    flat = [vocab.encode(words) for probe in probes for synonyms in probe.sentences.values() for words in synonyms]
     if any(vocab.UNK in ids for ids in flat):
-        raise ValueError(f"probe words outside the vocabulary: {probe.sentences}")
-    scores = sentence_log_probs(model, inputs, flat, vocab.BOS, vocab.EOS, vocab.PAD)
-    per_relation, start = [], 0
-    for relation in relations:
-        count = len(probe.sentences[relation])
-        per_relation.append(scores[start : start + count].logsumexp(0))
-        start += count
-    return relations[int(torch.stack(per_relation).argmax())]
+        raise ValueError("probe words outside the vocabulary")
+    scores = sentence_log_probs(model, inputs, flat, vocab.BOS, vocab.EOS, vocab.PAD) if flat else torch.zeros(0)
+    choices, start = [], 0
+    for probe in probes:
+        per_relation = []
+        for synonyms in probe.sentences.values():
+            per_relation.append(scores[start : start + len(synonyms)].logsumexp(0))
+            start += len(synonyms)
+        choices.append(list(probe.sentences)[int(torch.stack(per_relation).argmax())])
+    return choices
 
 
-def relation_scores(run: Path, scenes: dict[int, dict], next_to_gap: float) -> dict[str, float]:
-    """Probe accuracy and chance level, and the truth of relation statements in the generated test captions."""
-    checkpoint = load_checkpoint(run)
-    data = load_caption_data(checkpoint.config.data, checkpoint.vocab)
-    model = load_weights(build_model(checkpoint.config, checkpoint.vocab, data.store.dim), checkpoint).eval()
-    dataset = data.eval_set("test", checkpoint.config.data)
+def probe_accuracy(model: torch.nn.Module, dataset, scenes: dict[int, dict], next_to_gap: float, vocab) -> tuple[float, float, int]:
+    """(accuracy, chance, number of probes) of the relation probes of every image of ``dataset``."""
     correct = chance = total = 0
     with torch.no_grad():
         for index in range(len(dataset)):
             item = dataset[index]
-            inputs = collate_eval([item])
-            for probe in relation_probes(scenes[item["image_id"]], next_to_gap):
-                correct += probe_choice(model, inputs, probe, checkpoint.vocab) in probe.holds
+            probes = relation_probes(scenes[item["image_id"]], next_to_gap)
+            for probe, choice in zip(probes, probe_choices(model, collate_eval([item]), probes, vocab), strict=True):
+                correct += choice in probe.holds
                 chance += len(probe.holds) / len(probe.sentences)
                 total += 1
+    return correct / total, chance / total, total
+
+
+def relation_scores(run: Path, scenes: dict[int, dict], next_to_gap: float) -> dict[str, float]:
+    """Probe accuracy and chance level on the test images and on as many training images, and the truth of
+    relation statements in the generated test captions."""
+    checkpoint = load_checkpoint(run)
+    cfg = checkpoint.config.data
+    data = load_caption_data(cfg, checkpoint.vocab)
+    model = load_weights(build_model(checkpoint.config, checkpoint.vocab, data.store.dim), checkpoint).eval()
+    test = data.eval_set("test", cfg)
+    probe, chance, pairs = probe_accuracy(model, test, scenes, next_to_gap, checkpoint.vocab)
+    train_probe, _, _ = probe_accuracy(model, data.eval_set("train", cfg, limit=len(test)), scenes, next_to_gap, checkpoint.vocab)
     predictions = json.loads((run / "eval" / "test_predictions.json").read_text())
     verdicts = [v for row in predictions for v in relation_verdicts(tokenize(row["caption"]), scenes[row["image_id"]], next_to_gap)]
     return {
-        "probe": correct / total, "chance": chance / total, "pairs": total,
+        "probe": probe, "chance": chance, "pairs": pairs, "train_probe": train_probe,
         "stated": len(verdicts), "true": sum(verdicts) / len(verdicts) if verdicts else float("nan"),
     }
 
@@ -170,6 +181,7 @@ def main() -> None:
         ]
         columns = [mean_std([r[m] for r in results]) for m in METRICS]
         columns += [mean_std([r["probe"] for r in results]), f"{statistics.mean(r['chance'] for r in results):.3f}",
+                    mean_std([r["train_probe"] for r in results]),
                     stated_true(results), f"{statistics.mean(r['stated'] for r in results):.1f}"]
         rows.append(f"| {model} | " + " | ".join(columns) + " |")
         per_seed.append(f"| {model} | " + " | ".join(f"{r['CIDEr']:.3f} / {r['probe']:.3f}" for r in results) + " |")
@@ -186,11 +198,13 @@ Seeds {seeds} (`train.seed`: initialisation and batch order); mean ± sample sta
 Relation probe: for each ordered pair of test objects that a full description names uniquely
 ({results[0]['pairs']} pairs), the model scores "a <size colour shape> is <relation words> a <size colour shape>"
 for each of the five relations (synonyms summed, teacher forcing); accuracy = share of pairs whose most likely
-relation holds; chance = mean share of the five relations that hold for a pair. Stated relations: the relation
-phrases in the generated test captions that are true of the scene (vlattn.data.synth.claims), and their number.
+relation holds; chance = mean share of the five relations that hold for a pair; the same probe on the first
+{sum(scene['split'] == 'test' for scene in scenes.values())} training images tells whether a model learned relations at all. Stated
+relations: the relation phrases in the generated test captions that are true of the scene
+(vlattn.data.synth.claims), and their number.
 
-| model | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. | chance | stated relations true | stated |
-|---|---|---|---|---|---|---|---|---|
+| model | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
+|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Per seed (test CIDEr-D / relation probe accuracy), seeds {seeds}:
