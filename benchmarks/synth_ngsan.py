@@ -53,12 +53,15 @@ def sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-def train_and_eval(run: Path, overrides: list[str], log: list[str]) -> dict:
-    """Train (unless evaluated already) and evaluate one run; the commands are appended to ``log``."""
+def train_and_eval(run: Path, overrides: list[str], log: list[str], finished_only: bool = False) -> dict | None:
+    """Train (unless evaluated already) and evaluate one run; the commands are appended to ``log``. With
+    ``finished_only``, None for a run not evaluated yet (nothing is trained)."""
     train = [VLATTN, "--threads", "1", "train", "--config", CONFIG, "--out", str(run), *sets(overrides)]
     evaluate = [VLATTN, "--threads", "1", "eval", "--checkpoint", str(run), "--split", "test", "--json"]
-    log += [" ".join(["vlattn", *train[1:]]), " ".join(["vlattn", *evaluate[1:]]) + f" > {run}.eval.json"]
     report_path = Path(f"{run}.eval.json")
+    if finished_only and not report_path.is_file():
+        return None
+    log += [" ".join(["vlattn", *train[1:]]), " ".join(["vlattn", *evaluate[1:]]) + f" > {run}.eval.json"]
     if not report_path.is_file():
         started = time.perf_counter()
         if not (run / "checkpoints" / "best").is_dir() or not (run / "checkpoints" / "last").is_dir():
@@ -149,8 +152,10 @@ def stated_true(results: list[dict]) -> str:
 
 
 def mean_std(values: list[float], digits: int = 3) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+    """Mean ± sample standard deviation; the value alone when there is one."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def main() -> None:
@@ -162,6 +167,8 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra overrides for every run")
     parser.add_argument("--note", default="", help="a remark on the results, printed under the tables")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="train nothing: tabulate the runs evaluated so far (the table gives each model's seeds)")
     args = parser.parse_args()
     scenes_json = json.loads((args.data / "scenes.json").read_text())
     scenes = {image["image_id"]: image for image in scenes_json["images"]}
@@ -172,19 +179,30 @@ def main() -> None:
     for seed in args.seeds:  # every model of a seed before the next seed: comparable partial results early
         for model in args.models:
             overrides = [f"data.root={args.data}", f"train.seed={seed}", *COMMON, *MODELS[model], *args.overrides]
-            reports[model, seed] = train_and_eval(runs[model, seed], overrides, commands)["scores"]
+            report = train_and_eval(runs[model, seed], overrides, commands, args.finished_only)
+            if report is not None:
+                reports[model, seed] = report["scores"]
     rows, per_seed = [], []
     for model in args.models:
-        results = [
-            {**{m: reports[model, seed][m] for m in METRICS}, **relation_scores(runs[model, seed], scenes, next_to_gap)}
-            for seed in args.seeds
-        ]
-        columns = [mean_std([r[m] for r in results]) for m in METRICS]
-        columns += [mean_std([r["probe"] for r in results]), f"{statistics.mean(r['chance'] for r in results):.3f}",
-                    mean_std([r["train_probe"] for r in results]),
-                    stated_true(results), f"{statistics.mean(r['stated'] for r in results):.1f}"]
+        done = [seed for seed in args.seeds if (model, seed) in reports]
+        if not done:
+            continue
+        results = {
+            seed: {**{m: reports[model, seed][m] for m in METRICS}, **relation_scores(runs[model, seed], scenes, next_to_gap)}
+            for seed in done
+        }
+        columns = [", ".join(map(str, done))]
+        results_list = list(results.values())
+        columns += [mean_std([r[m] for r in results_list]) for m in METRICS]
+        columns += [mean_std([r["probe"] for r in results_list]), f"{statistics.mean(r['chance'] for r in results_list):.3f}",
+                    mean_std([r["train_probe"] for r in results_list]),
+                    stated_true(results_list), f"{statistics.mean(r['stated'] for r in results_list):.1f}"]
         rows.append(f"| {model} | " + " | ".join(columns) + " |")
-        per_seed.append(f"| {model} | " + " | ".join(f"{r['CIDEr']:.3f} / {r['probe']:.3f}" for r in results) + " |")
+        cells = [f"{results[s]['CIDEr']:.3f} / {results[s]['probe']:.3f}" if s in results else "not finished" for s in args.seeds]
+        per_seed.append(f"| {model} | " + " | ".join(cells) + " |")
+    if not rows:
+        raise SystemExit(f"no evaluated runs under {args.runs}")
+    pairs = next(iter(results.values()))["pairs"]
     seeds = ", ".join(map(str, args.seeds))
     body = f"""configs/demo.yaml (Transformer 2+2 layers, d=128, 4 heads, FFN 512, 10 XE epochs, Noam scale 0.5, warm-up
 400, batch 50) with `{' '.join(COMMON + args.overrides)}` for every model, so that geometry reaches the model only
@@ -193,18 +211,19 @@ is mha (SAN), nsa (N-SAN), gsa (G-SAN, query-dependent), ngsa (NG-SAN) with thei
 `model.box_encoding=sinusoidal` (SAN + absolute, Table 4), or gsa with `geometry: signed` (G-SAN signed: the
 relative geometry keeps the direction of the offsets, which Eq. 8's absolute values drop; not in the paper). Synthetic data at {args.data} (`vlattn data synth`,
 defaults: 2000 images, 1600/200/200). Best checkpoint by validation CIDEr-D, test split (200 images), beam 3.
-Seeds {seeds} (`train.seed`: initialisation and batch order); mean ± sample standard deviation over the seeds.
+Seeds {seeds} (`train.seed`: initialisation and batch order); mean ± sample standard deviation over the seeds
+of each model (column "seeds"; the mean alone for a single seed).
 
 Relation probe: for each ordered pair of test objects that a full description names uniquely
-({results[0]['pairs']} pairs), the model scores "a <size colour shape> is <relation words> a <size colour shape>"
+({pairs} pairs), the model scores "a <size colour shape> is <relation words> a <size colour shape>"
 for each of the five relations (synonyms summed, teacher forcing); accuracy = share of pairs whose most likely
 relation holds; chance = mean share of the five relations that hold for a pair; the same probe on the first
 {sum(scene['split'] == 'test' for scene in scenes.values())} training images tells whether a model learned relations at all. Stated
 relations: the relation phrases in the generated test captions that are true of the scene
 (vlattn.data.synth.claims), and their number.
 
-| model | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
-|---|---|---|---|---|---|---|---|---|---|
+| model | seeds | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
+|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Per seed (test CIDEr-D / relation probe accuracy), seeds {seeds}:
@@ -215,7 +234,7 @@ Per seed (test CIDEr-D / relation probe accuracy), seeds {seeds}:
 
 {args.note}
 
-Commands (run sequentially, one torch thread; `vlattn` is .venv/bin/vlattn):
+Commands (one torch thread each; `vlattn` is .venv/bin/vlattn):
 
 ```
 vlattn --threads 1 data synth --out {args.data}
