@@ -12,7 +12,7 @@ import torch
 from results import parse_args, publish
 
 from vlattn.config import ModelConfig, Spec, load_config
-from vlattn.models import build_captioner
+from vlattn.models import build_captioner, build_vqa_model
 from vlattn.models.profile import trainable
 
 VOCAB = 9487
@@ -58,6 +58,13 @@ def geometric_parts(cfg: ModelConfig) -> dict[str, int]:
     return parts
 
 
+def mcan_backbone(preset_name: str) -> int:
+    """Trainable parameters of the co-attention backbone of a VQA preset (the word and answer counts do not
+    enter it)."""
+    with torch.device("meta"):
+        return trainable(build_vqa_model(preset(preset_name), 100, 3129).backbone)
+
+
 def main() -> None:
     args = parse_args(__doc__, repeats=0)
     rows = []
@@ -76,6 +83,7 @@ def main() -> None:
         model = build_captioner(preset("san"), VOCAB)
     encoder_layer, decoder_layer = trainable(model.encoder.layers[0]), trainable(model.decoder.layers[0])
     per_layer_content = sum(content.values()) // 4
+    mcan, mcan_gsa = mcan_backbone("vqa-mcan"), mcan_backbone("vqa-mcan-gsa")
     body = f"""Vocabulary {VOCAB}, 2048-d regions, d=512, 8 heads, FFN 2048, untied output layer with bias (the presets);
 trainable parameters counted on models built on the meta device — the totals `vlattn profile --config
 configs/<preset>.yaml --vocab-size 9487` prints.
@@ -115,7 +123,12 @@ Accounting for the differences:
   neither d_g nor the exact form of the projections; a per-head d_g of 80 (W_Q' 512 x 640) would give
   {d_g80:,} ({d_g80 / 1e6:.1f}M), but nothing in the paper says so, and we keep d_g = d / heads = 64
   (option `d_g`).
-- Parts of the query-dependent geometric bias over the 4 layers: {', '.join(f'`{k}` {v:,}' for k, v in query.items())}."""
+- Parts of the query-dependent geometric bias over the 4 layers: {', '.join(f'`{k}` {v:,}' for k, v in query.items())}.
+
+Table 9 (VQA, MCAN + GSA; the paper prints no parameter count for it): the MCAN-small backbone of
+configs/vqa-mcan.yaml has {mcan:,} parameters, that of configs/vqa-mcan-gsa.yaml (query-dependent GSA in the 6
+image self-attention layers) {mcan_gsa:,}: + {mcan_gsa - mcan:,} = 6 x {(mcan_gsa - mcan) // 6:,}, the same geometric bias per
+layer as in G-SAN's encoder."""
     publish("NG-SAN parameters", body, args)
 
 
