@@ -32,7 +32,8 @@ from results import write_section
 from vlattn.data.captioning import collate_eval
 from vlattn.data.synth.claims import RelationProbe, relation_probes, relation_verdicts
 from vlattn.data.text import tokenize
-from vlattn.pipeline import build_model, load_caption_data
+from vlattn.data.vocab import Vocabulary
+from vlattn.tasks.captioning import build_model, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
 
 CONFIG = "configs/demo.yaml"
@@ -120,12 +121,12 @@ def relation_scores(run: Path, scenes: dict[int, dict], next_to_gap: float) -> d
     """Probe accuracy and chance level on the test images and on as many training images, and the truth of
     relation statements in the generated test captions."""
     checkpoint = load_checkpoint(run)
-    cfg = checkpoint.config.data
-    data = load_caption_data(cfg, checkpoint.vocab)
-    model = load_weights(build_model(checkpoint.config, checkpoint.vocab, data.store.dim), checkpoint).eval()
-    test = data.eval_set("test", cfg)
-    probe, chance, pairs = probe_accuracy(model, test, scenes, next_to_gap, checkpoint.vocab)
-    train_probe, _, _ = probe_accuracy(model, data.eval_set("train", cfg, limit=len(test)), scenes, next_to_gap, checkpoint.vocab)
+    vocab = checkpoint.vocabulary("words", Vocabulary.load)
+    data = load_caption_data(checkpoint.config.data, vocab)
+    model = load_weights(build_model(checkpoint.config, vocab, data.store.dim), checkpoint).eval()
+    test = data.eval_set("test")
+    probe, chance, pairs = probe_accuracy(model, test, scenes, next_to_gap, vocab)
+    train_probe, _, _ = probe_accuracy(model, data.eval_set("train", limit=len(test)), scenes, next_to_gap, vocab)
     predictions = json.loads((run / "eval" / "test_predictions.json").read_text())
     verdicts = [v for row in predictions for v in relation_verdicts(tokenize(row["caption"]), scenes[row["image_id"]], next_to_gap)]
     return {
