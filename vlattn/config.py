@@ -75,7 +75,8 @@ class ModelConfig:
     max_positions: int = bounded(64, ge=1)
     tie_embeddings: bool = False
     output_bias: bool = True
-    box_input: bool = False
+    box_input: bool = False  # append normalised box channels to the region features (vlattn.layers.boxes)
+    box_encoding: Literal["none", "sinusoidal"] = "none"  # NG-SAN Table 4 "absolute": added to the encoder input
     encoder_self_attention: Spec = spec("mha")
     decoder_self_attention: Spec = spec("mha")
     decoder_cross_attention: Spec = spec("mha")

@@ -25,8 +25,11 @@ from vlattn.attention.base import (
 )
 from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
 from vlattn.attention.groupwise import GroupMultiHeadAttention
+from vlattn.attention.gsa import GeometryAwareSelfAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.attention.ngsa import NormalizedGeometryAwareSelfAttention
+from vlattn.attention.nsa import NormalizedSelfAttention
 from vlattn.attention.sla import StackedLatentAttention
 from vlattn.attention.stacked import StackedAttention
 from vlattn.config import lookup, parse_options
@@ -39,6 +42,9 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "gmha": GroupMultiHeadAttention,
     "stacked": StackedAttention,
     "sla": StackedLatentAttention,
+    "nsa": NormalizedSelfAttention,
+    "gsa": GeometryAwareSelfAttention,
+    "ngsa": NormalizedGeometryAwareSelfAttention,
 }
 
 
@@ -106,10 +112,13 @@ __all__ = [
     "AttentionDims",
     "AttentionOutput",
     "Capabilities",
+    "GeometryAwareSelfAttention",
     "GroupMultiHeadAttention",
     "KVCache",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
+    "NormalizedGeometryAwareSelfAttention",
+    "NormalizedSelfAttention",
     "Site",
     "StackedAttention",
     "StackedLatentAttention",

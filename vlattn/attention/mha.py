@@ -8,9 +8,10 @@ explicit path that also returns the attention weights (for visualisation), and s
 the values (G-MHA's expansion), which SDPA's CPU kernel cannot fuse. A query whose keys are all
 masked gets zero weights and a zero attended value on both paths (what SDPA computes on the CPU).
 
-Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` (NSA normalises
-the queries), :meth:`MultiHeadAttention.project_key_value` / the cache adapter (memory slots), or
-:meth:`MultiHeadAttention.logit_bias` (GSA's geometric bias, computed from the layer's own projections).
+Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` and
+:meth:`MultiHeadAttention.project_key_value` (NSA normalises the queries and/or keys over the regions, with the
+context's query mask), :meth:`MultiHeadAttention.key_value_source` (memory slots), or
+:meth:`MultiHeadAttention.logit_bias` (GSA's geometric bias, computed from the layer's own inputs).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class MultiHeadAttention(nn.Module):
         """Projected queries (B, H, Nq, d_k)."""
         return self.split_heads(self.q_proj(query))
 
-    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    def project_key_value(self, key: Tensor, value: Tensor, context: AttentionContext | None) -> tuple[Tensor, Tensor]:
         """Projected keys and values, (B, H, Nk, d_k) each."""
         return self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(value))
 
@@ -116,7 +117,7 @@ class MultiHeadAttention(nn.Module):
         ``need_weights``: also return the attention weights (B, H, Nq, Nk).
         """
         q = self.project_query(query, context)  # (B, H, Nq, d_k)
-        project = partial(self.project_key_value, key, value)
+        project = partial(self.project_key_value, key, value, context)
         source = self.key_value_source(cache)
         k, v = project() if source is None else source.fetch(project)  # (B, H, Nk, d_k)
         attn_mask = attention_logits_mask(mask, add_bias(bias, self.logit_bias(query, key, context)))

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement, reorder_state
 from vlattn.config import ModelConfig, parse_options
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
-from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
+from vlattn.errors import ConfigError
+from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
@@ -118,6 +119,14 @@ class Parts:
     def norm(self) -> PostNorm:
         return PostNorm(self.cfg.d_model, self.cfg.dropout)
 
+    def box_encoding(self) -> nn.Module | None:
+        """The absolute box encoding added to the encoder input (``model.box_encoding``), or None."""
+        if self.cfg.box_encoding == "none":
+            return None
+        if self.cfg.d_model % 4:
+            raise ConfigError(f"model.box_encoding: 'sinusoidal' needs d_model divisible by 4, got {self.cfg.d_model}")
+        return SinusoidalBoxEncoding(self.cfg.d_model)
+
     def encoder_layer(self) -> EncoderLayer:
         attention = self.attention("encoder_self_attention", Site.ENCODER_SELF, has_geometry=True)
         return EncoderLayer(attention, self.feed_forward(), self.norm(), self.norm())
@@ -167,6 +176,7 @@ def encoder_decoder(
     encoder = TransformerEncoder(
         region_projection(input_dim, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
+        parts.box_encoding(),
         released_padding=released_padding,
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
