@@ -1,9 +1,10 @@
 """Vectorised n-gram counting shared by BLEU, CIDEr-D and the SCST CIDEr-D reward.
 
-Sentences are encoded as one flat array of word ids. For each order k the n-grams of every sentence get
-compact ids: a k-gram's key is ``id(its (k-1)-gram prefix) * base + id(its last word)`` (for k = 1 the
-word id), and its id is the rank of its key among the distinct keys. Counts come back as sparse entries
-sorted by (n-gram id, sentence), which lets callers group, clip and join without Python loops.
+Sentences are encoded as one flat array of word ids (:mod:`vlattn.metrics.words`). For each order k the n-grams
+of every sentence get compact ids: a k-gram's key is ``id(its (k-1)-gram prefix) * base + id(its last word)``
+(for k = 1 the word id), and its id is the rank of its key among the distinct keys (one sort per order). Counts
+come back as sparse entries sorted by (n-gram id, sentence); :class:`Layout` cuts them into runs of equal
+(n-gram, group), which lets callers clip and join candidates with their references without Python loops.
 """
 
 from __future__ import annotations
