@@ -1,10 +1,12 @@
 """Shared test helpers over the registries (the idea of timm's ``tests/test_models.py``): every attention
 mechanism at every site its capabilities allow, with inputs shaped for that site, and tiny models of every
-model kind with each mechanism at each site it allows.
+model kind (captioners and VQA models) with each mechanism at each site it allows.
 
-The per-mechanism and per-model batteries (``tests/models/test_attention_registry.py``,
-``tests/models/test_model_registry.py``) are parametrised by :func:`placements` and :func:`model_cases`, so
-a new mechanism or model kind is tested as soon as it is registered.
+The per-mechanism, per-feed-forward and per-model batteries (``tests/models/test_attention_registry.py``,
+``tests/models/test_feed_forward_registry.py``, ``tests/models/test_model_registry.py``,
+``tests/models/test_vqa_registry.py``) are parametrised by :func:`placements`, :func:`feed_forward_names`,
+:func:`model_cases` and :func:`vqa_model_cases`, so a new mechanism, feed-forward or model kind is tested as soon
+as it is registered.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from torch import Tensor, nn
 
 from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
 from vlattn.config import ModelConfig, Spec
-from vlattn.layers import BoxGeometry
-from vlattn.models import MODELS, build_captioner
+from vlattn.layers import FEED_FORWARD, BoxGeometry, build_feed_forward
+from vlattn.models import MODELS, build_captioner, build_vqa_model
 
 D, H = 16, 4  # attention width and heads of the mechanism battery
 Q_DIM = 12  # query size at cross sites of mechanisms that accept queries of another size
 VOCAB, FEATURE_DIM = 23, 12
+ANSWERS = 9  # candidate answers of the tiny VQA models
 BOS, EOS, PAD = 1, 2, 0
 
 # the attention sites of the Transformer-family captioners and the kind of each
@@ -31,6 +34,14 @@ CAPTIONER_SITES = {
     "encoder_self_attention": Site.ENCODER_SELF,
     "decoder_self_attention": Site.DECODER_SELF,
     "decoder_cross_attention": Site.CROSS,
+}
+
+
+# the attention sites of the VQA models (MCAN's names): site kind and whether the site provides boxes
+VQA_SITES = {
+    "encoder_self_attention": (Site.ENCODER_SELF, False),  # question self-attention
+    "decoder_self_attention": (Site.ENCODER_SELF, True),  # image self-attention
+    "decoder_cross_attention": (Site.CROSS, False),  # question-guided attention over the regions
 }
 
 
@@ -42,6 +53,17 @@ def placements() -> list[tuple[str, Site]]:
         for site in Site
         if site in cls.capabilities.sites and (site is not Site.DECODER_SELF or cls.capabilities.cacheable)
     ]
+
+
+def feed_forward_names() -> list[str]:
+    """Every registered feed-forward."""
+    return sorted(FEED_FORWARD)
+
+
+def build_feed_forward_case(name: str, *, dropout: float = 0.0, seed: int = 0) -> nn.Module:
+    """The feed-forward ``name`` with its default options at d = :data:`D`, d_ff = 2 D, in eval mode."""
+    torch.manual_seed(seed)
+    return build_feed_forward(name, D, 2 * D, dropout).eval()
 
 
 def placement_id(case: tuple[str, Site]) -> str:
@@ -140,11 +162,13 @@ class ModelCase:
     kind: str
     sites: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # names a variant of the kind's options
 
     @property
     def id(self) -> str:
         placed = ",".join(f"{site.split('_')[0]}_{site.split('_')[1]}={name}" for site, name in self.sites.items())
-        return f"{self.kind}[{placed}]" if placed else self.kind
+        name = f"{self.kind}-{self.label}" if self.label else self.kind
+        return f"{name}[{placed}]" if placed else name
 
     def config(self) -> ModelConfig:
         return tiny_model_config(self.kind, self.sites, **self.overrides)
@@ -158,6 +182,7 @@ class ModelCase:
 KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {},
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
+    "mcan": {"options": {"word_dim": 10}},
 }
 
 
@@ -174,14 +199,25 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
     return ModelConfig(**fields)
 
 
+# variants of a kind's options that the whole battery runs too (M2's official padding attends padded
+# regions by design, so it is tested on its own in tests/models/test_m2_official.py)
+KIND_VARIANTS: list[ModelCase] = [
+    ModelCase("m2", label="official", overrides={
+        "encoder_self_attention": Spec("memory", {"slots": 5, "init": "official"}),
+        "options": {"residual": "official", "positions": "table", "init": "official"},
+    }),
+]
+
+
 def model_cases() -> list[ModelCase]:
-    """Every model kind with its defaults, and the Transformer with every mechanism at every captioner site
-    that mechanism allows."""
-    cases = [ModelCase(kind) for kind in sorted(MODELS)]
+    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, the Transformer with every
+    mechanism at every captioner site that mechanism allows, and the Transformer with every feed-forward."""
+    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"] + KIND_VARIANTS
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":
                 cases.append(ModelCase("transformer", {site_key: name}))
+    cases += [ModelCase("transformer", {"feed_forward": name}) for name in feed_forward_names() if name != "plain"]
     return cases
 
 
@@ -204,3 +240,39 @@ def tiny_inputs(batch: int = 3, regions: int = 6, length: int = 7, seed: int = 1
 def model_inputs(inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The model-input mapping of :func:`tiny_inputs` (everything but the tokens)."""
     return {k: v for k, v in inputs.items() if k != "tokens"}
+
+
+# --- VQA models -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VQAModelCase(ModelCase):
+    """A tiny VQA model of one kind with the given attention specs at its sites."""
+
+    def build(self, seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return build_vqa_model(self.config(), VOCAB, ANSWERS, pad_id=PAD).eval()
+
+
+def vqa_model_cases() -> list[VQAModelCase]:
+    """Every VQA model kind with its defaults, and MCAN with every mechanism at every site it allows (with
+    boxes only at the image self-attention)."""
+    cases = [VQAModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "vqa"]
+    for site_key, (site, has_geometry) in VQA_SITES.items():
+        for name, placed in placements():
+            needs_geometry = ATTENTION[name].capabilities.needs_geometry
+            if placed is site and name != "mha" and (has_geometry or not needs_geometry):
+                cases.append(VQAModelCase("mcan", {site_key: name}))
+    return cases
+
+
+def tiny_vqa_inputs(batch: int = 3, regions: int = 6, words: int = 5, seed: int = 1) -> dict[str, Tensor]:
+    """VQA model inputs: :func:`tiny_inputs` regions (row b has b padded regions) and ``questions`` (B, L) of
+    word ids padded after the words (row b has b padded words) with ``question_mask`` (B, L)."""
+    inputs = model_inputs(tiny_inputs(batch, regions, seed=seed))
+    generator = torch.Generator().manual_seed(seed + 1)
+    mask = torch.ones(batch, words, dtype=torch.bool)
+    for row in range(1, batch):
+        mask[row, words - row:] = False
+    questions = torch.randint(3, VOCAB, (batch, words), generator=generator).masked_fill(~mask, PAD)
+    return {**inputs, "questions": questions, "question_mask": mask}

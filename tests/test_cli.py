@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from vlattn.cli import app
 from vlattn.config import config_to_dict
+from vlattn.errors import VlattnError
 from tests.training.conftest import make_tiny_data, tiny_config
 
 runner = CliRunner()
@@ -69,6 +72,14 @@ def test_profile_json(trained: tuple[Path, Path, Path]) -> None:
     params = report["parameters"]
     assert params["total"] == params["encoder"] + params["decoder"]
     assert report["flops"]["train_step"] > report["flops"]["decode_step"] > 0
+    backbone = report["backbone"]
+    assert 0 < backbone["parameters"] < params["total"] and backbone["madds_per_sample"] > 0
+
+
+def test_profile_length_beyond_the_positions_is_one_line() -> None:
+    result = _cli("profile", "--config", "configs/demo.yaml", "--length", "100", "--repeats", "1")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--length 100 needs model.max_positions >= 101" in result.stderr
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -83,3 +94,47 @@ def test_bad_input_is_one_line_with_exit_2(trained: tuple[Path, Path, Path], tmp
     assert "model.dmodel" in result.stderr
     result = _cli("eval", "--checkpoint", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and "no checkpoint found" in result.stderr and "nowhere" in result.stderr
+
+
+def user_error(args: list[str]) -> str:
+    """The message of the input error a command stops with (``main`` prints it as one line with exit 2, see
+    :func:`test_bad_input_is_one_line_with_exit_2`)."""
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, VlattnError), result.output
+    return str(result.exception)
+
+
+def test_stage_must_belong_to_the_task(trained: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, config, _ = trained
+    message = user_error(["train", "--config", str(config), "--out", str(tmp_path / "r"), "--stage", "nope"])
+    assert message.startswith("--stage: task 'captioning' has no stage 'nope'; valid: xe (cross-entropy")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_vocabulary_that_does_not_match_the_weights_is_refused(trained: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    data, _, run = trained
+    checkpoint = Path(shutil.copytree(run / "checkpoints" / "best", tmp_path / "checkpoint"))
+    words = json.loads((checkpoint / "vocab-words.json").read_text())
+    words["itos"][4], words["itos"][5] = words["itos"][5], words["itos"][4]  # same size: the weights still load
+    (checkpoint / "vocab-words.json").write_text(json.dumps(words))
+    for command in (["caption", "--features", str(data / "features"), "--ids", "101"], ["eval"]):
+        message = user_error([*command, "--checkpoint", str(checkpoint), "--device", "cpu"])
+        assert "vocab-words.json" in message and "vocabulary does not match the weights" in message
+
+
+def test_checkpoints_from_before_named_vocabularies_still_work(trained: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    data, _, run = trained
+    new, old = run / "checkpoints" / "best", tmp_path / "old"
+    old.mkdir()
+    save_file(load_file(str(new / "model.safetensors")), str(old / "model.safetensors"))  # no vocabulary metadata
+    config = json.loads((new / "config.json").read_text())
+    del config["task"]
+    (old / "config.json").write_text(json.dumps(config))
+    shutil.copy(new / "vocab-words.json", old / "vocab.json")
+    captions = {}
+    for name, checkpoint in (("new", new), ("old", old)):
+        result = runner.invoke(app, ["caption", "--checkpoint", str(checkpoint), "--features", str(data / "features"),
+                                     "--beam-size", "2", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        captions[name] = json.loads(result.stdout)
+    assert captions["old"] == captions["new"] and len(captions["new"]) == 36

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.metrics.corpora import CAPTIONS
 from vlattn.cli import app
 from vlattn.errors import ConfigError, DataError
-from vlattn.evaluation import write_predictions
+from vlattn.tasks.captioning import write_predictions
 from vlattn.metrics.tokenizer import java_tokenizer_jar
 from vlattn.scoring import write_vqa_results
 

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-from vlattn.commands import format_report, run_eval
 from vlattn.config import load_config
 from vlattn.data.karpathy import load_karpathy
 from vlattn.errors import VlattnError
 from vlattn.metrics import best_constant_caption
-from vlattn.stages import train_scst, train_xe
+from vlattn.tasks import EvalRequest, evaluate, format_report, train
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOR_RATIO = 3.0
@@ -75,25 +74,25 @@ def main(argv: list[str] | None = None) -> int:
             with clock.stage("synthetic data"):
                 generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
         cfg = load_config(args.config, [f"data.root={args.data}"])
-        runs = [("XE", args.out, train_xe, None)]
+        runs = [("XE", args.out, "xe", None)]
         if args.scst:
-            runs.append(("SCST", args.out.with_name(args.out.name + "-scst"), train_scst, args.out))
+            runs.append(("SCST", args.out.with_name(args.out.name + "-scst"), "scst", args.out))
         reports = {}
-        for stage, run, train, init in runs:
+        for label, run, stage, init in runs:
             resume = (run / "checkpoints" / "last").exists()
-            print(f"[demo] {'continuing' if resume else 'training'} {cfg.model.kind} ({stage}) in {run}", flush=True)
-            with clock.stage(f"{stage} training"):
-                train(cfg, run, resume=resume, device="auto", **({"init": init} if init is not None else {}))
-            with clock.stage(f"{stage} test evaluation"):
-                reports[stage] = run_eval(run, split="test", device="auto")
+            print(f"[demo] {'continuing' if resume else 'training'} {cfg.model.kind} ({label}) in {run}", flush=True)
+            with clock.stage(f"{label} training"):
+                train(cfg, run, stage=stage, resume=resume, device="auto", init=init)
+            with clock.stage(f"{label} test evaluation"):
+                reports[label] = evaluate(run, EvalRequest(split="test"))
         with clock.stage("constant-caption floor"):
             caption, floor = constant_floor(args.data)
-        for stage, report in reports.items():
-            print(f"[{stage}] " + format_report(report))
+        for label, report in reports.items():
+            print(f"[{label}] " + format_report(report))
         print(f"  best constant caption {caption!r}: CIDEr-D {floor:.4f}")
-        for stage, report in reports.items():
+        for label, report in reports.items():
             ratio = report["scores"]["CIDEr"] / floor if floor > 0 else float("inf")
-            print(f"  {stage}: test CIDEr-D {report['scores']['CIDEr']:.4f} = {ratio:.1f}x the constant caption")
+            print(f"  {label}: test CIDEr-D {report['scores']['CIDEr']:.4f} = {ratio:.1f}x the constant caption")
         final = reports[runs[-1][0]]["scores"]["CIDEr"]
         ratio = final / floor if floor > 0 else float("inf")
         print(f"[demo] time: {clock.summary()}")

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vlattn import stages
 from vlattn.errors import VlattnError
-from vlattn.pipeline import load_caption_data
-from vlattn.rewards import training_reward
+from vlattn import tasks
+from vlattn.tasks.captioning import load_caption_data, training_reward
 from vlattn.training.scst import (
     greedy_baseline,
     mean_baseline,
@@ -89,21 +88,66 @@ def test_training_reward_prefers_the_right_caption(tiny_data: Path) -> None:
 @pytest.mark.parametrize(("sampling", "baseline"), [("beam", "mean"), ("sample", "greedy"), ("sample", "mean-others")])
 def test_scst_stage_runs_from_xe_checkpoint(tiny_data: Path, tmp_path: Path, sampling: str, baseline: str) -> None:
     xe = tmp_path / "xe"
-    stages.train_xe(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
+    tasks.train(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
     cfg = tiny_config(tiny_data, "train.scst_epochs=1", "train.scst_batch_size=8", "train.scst_samples=3",
                       f"train.scst_sampling={sampling}", f"train.scst_baseline={baseline}")
     scst = tmp_path / "scst"
-    metrics = stages.train_scst(cfg, scst, init=xe, device="cpu")
+    metrics = tasks.train(cfg, scst, stage="scst", init=xe, device="cpu")
     assert math.isfinite(metrics["CIDEr"])
     records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["kind"] == "train"]
     assert len(steps) == 3  # 24 train images / batch 8
     assert all(r["stage"] == "scst" and r["lr"] == 5e-6 and math.isfinite(r["reward"]) for r in steps)
     # Resuming the SCST run as an XE run is refused.
-    with pytest.raises(ValueError, match="stage"):
-        stages.train_xe(cfg, scst, resume=True, device="cpu")
+    with pytest.raises(VlattnError, match="cannot resume stage 'xe' from a checkpoint of stage 'scst'"):
+        tasks.train(cfg, scst, stage="xe", resume=True, device="cpu")
+
+
+def test_scst_stage_with_the_released_recipe_options(tiny_data: Path, tmp_path: Path) -> None:
+    """Adam betas of its own, the released loss normalisation and early stopping on validation CIDEr."""
+    xe = tmp_path / "xe"
+    tasks.train(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
+    cfg = tiny_config(tiny_data, "train.scst_epochs=4", "train.scst_batch_size=8", "train.scst_samples=3",
+                      "train.scst_adam_betas=[0.9, 0.999]", "train.scst_loss_normalise=steps", "train.scst_patience=1")
+    scst = tmp_path / "scst"
+    tasks.train(cfg, scst, stage="scst", init=xe, device="cpu")
+    state = torch.load(scst / "checkpoints" / "last" / "train_state.pt", weights_only=True)
+    assert all(tuple(group["betas"]) == (0.9, 0.999) for group in state["optimizer"]["param_groups"])
+    records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["CIDEr"] for r in records if r["kind"] == "val"]
+    stale = next((i for i in range(1, len(scores)) if scores[i] <= max(scores[:i])), None)
+    assert len(scores) == (4 if stale is None else stale + 1)  # patience 1: the first epoch without gain ends it
+    assert [r["kind"] for r in records].count("stop") == (stale is not None)
 
 
 def test_scst_needs_init(tiny_data: Path, tmp_path: Path) -> None:
     with pytest.raises(VlattnError, match="--init"):
-        stages.train_scst(tiny_config(tiny_data), tmp_path / "x", device="cpu")
+        tasks.train(tiny_config(tiny_data), tmp_path / "x", stage="scst", device="cpu")
+
+
+def test_scst_loss_normalised_over_steps_is_the_released_formula() -> None:
+    """The released train.py: log_probs (B, beam, 20) of the beam search, 0 after EOS; loss =
+    mean over beams of -mean(log_probs, -1) * (reward - mean reward of the image's beams)."""
+    generator = torch.Generator().manual_seed(0)
+    released = -torch.rand(2, 3, 20, generator=generator)  # (B, beam, steps)
+    lengths = torch.tensor([[3, 5, 9], [1, 4, 2]])  # words up to and including EOS
+    released = released * (torch.arange(20) < lengths[..., None])
+    rewards = torch.tensor([[0.5, 1.5, 1.0], [2.0, 0.0, 1.0]])
+    expected = (-released.mean(-1) * (rewards - rewards.mean(-1, keepdim=True))).mean()
+    # vlattn's beam search stops when every beam has ended: fewer columns, pad after EOS
+    width = int(lengths.max())
+    samples = torch.full((2, 3, width), 7)
+    for b in range(2):
+        for k in range(3):
+            samples[b, k, lengths[b, k] - 1] = EOS
+            samples[b, k, lengths[b, k]:] = 0
+    log_probs = released[..., :width].clone().requires_grad_(True)
+    loss = scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                     mean_baseline(rewards).reshape(-1), eos=EOS, normalise="steps", steps=20)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    tokens = scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                       mean_baseline(rewards).reshape(-1), eos=EOS)
+    assert tokens.item() == pytest.approx((expected * 6 * 20 / lengths.sum()).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="unknown SCST loss normalisation 'words'"):
+        scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                  rewards.reshape(-1), eos=EOS, normalise="words")

@@ -9,10 +9,10 @@ import pytest
 from safetensors.torch import load_file
 
 import vlattn.training.checkpoint as checkpoint_module
-from vlattn import stages
 from vlattn.errors import VlattnError
+from vlattn import tasks
 from vlattn.training.checkpoint import load_checkpoint
-from tests.training.conftest import tiny_config
+from tests.training.conftest import Crash, crash_at_step, tiny_config
 
 
 def _weights(run: Path, name: str = "last") -> dict:
@@ -21,11 +21,11 @@ def _weights(run: Path, name: str = "last") -> dict:
 
 def test_xe_run_writes_checkpoints_and_logs(tiny_data: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    metrics = stages.train_xe(tiny_config(tiny_data), run, device="cpu")
+    metrics = tasks.train(tiny_config(tiny_data), run, device="cpu")
     assert "CIDEr" in metrics and "Bleu_4" in metrics
     for name in ("last", "best"):
         files = {p.name for p in (run / "checkpoints" / name).iterdir()}
-        assert {"model.safetensors", "config.json", "vocab.json", "train_state.pt"} <= files
+        assert {"model.safetensors", "config.json", "vocab-words.json", "train_state.pt"} <= files
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     # 24 train images x 3 captions = 72 pairs, batch 8 -> 9 steps per epoch, logged every step
@@ -35,39 +35,19 @@ def test_xe_run_writes_checkpoints_and_logs(tiny_data: Path, tmp_path: Path) -> 
     assert state["loop"]["epoch"] == 2 and state["loop"]["step"] == len(train)
     # A second run into the same directory without --resume is refused, not overwritten.
     with pytest.raises(VlattnError, match="--resume"):
-        stages.train_xe(tiny_config(tiny_data), run, device="cpu")
+        tasks.train(tiny_config(tiny_data), run, device="cpu")
 
 
-class Crash(RuntimeError):
-    pass
-
-
-def test_resume_after_crash_reaches_identical_weights(tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_after_crash_reaches_identical_weights(tiny_data: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_data, "train.checkpoint_every=3", "train.epochs=3")
-    stages.train_xe(cfg, tmp_path / "straight", device="cpu")
+    tasks.train(cfg, tmp_path / "straight", device="cpu")
 
     # Kill the second run at step 8 (mid-epoch 2, after the step-6 checkpoint): steps 7-8 are lost.
-    real = stages.xe_objective
-
-    def crashing_objective(**kwargs):
-        objective = real(**kwargs)
-        calls = {"n": 0}
-
-        def wrapped(model, batch):
-            calls["n"] += 1
-            if calls["n"] == 8:
-                raise Crash("simulated kill")
-            return objective(model, batch)
-
-        return wrapped
-
-    monkeypatch.setattr(stages, "xe_objective", crashing_objective)
-    with pytest.raises(Crash):
-        stages.train_xe(cfg, tmp_path / "crashed", device="cpu")
-    monkeypatch.setattr(stages, "xe_objective", real)
+    with crash_at_step(8), pytest.raises(Crash):
+        tasks.train(cfg, tmp_path / "crashed", device="cpu")
     assert load_checkpoint(tmp_path / "crashed" / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 6
 
-    stages.train_xe(cfg, tmp_path / "crashed", resume=True, device="cpu")
+    tasks.train(cfg, tmp_path / "crashed", resume=True, device="cpu")
     for name in ("last", "best"):
         straight, resumed = _weights(tmp_path / "straight", name), _weights(tmp_path / "crashed", name)
         assert straight.keys() == resumed.keys()
@@ -77,7 +57,7 @@ def test_resume_after_crash_reaches_identical_weights(tiny_data: Path, tmp_path:
 
 def test_crash_during_checkpoint_write_keeps_previous(tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
-    stages.train_xe(tiny_config(tiny_data, "train.epochs=1"), run, device="cpu")
+    tasks.train(tiny_config(tiny_data, "train.epochs=1"), run, device="cpu")
     before = _weights(run)
 
     def broken_save(*args, **kwargs):
@@ -85,7 +65,7 @@ def test_crash_during_checkpoint_write_keeps_previous(tiny_data: Path, tmp_path:
 
     monkeypatch.setattr(checkpoint_module, "save_model", broken_save)
     with pytest.raises(OSError):
-        stages.train_xe(tiny_config(tiny_data, "train.epochs=2"), run, resume=True, device="cpu")
+        tasks.train(tiny_config(tiny_data, "train.epochs=2"), run, resume=True, device="cpu")
     after = _weights(run)
     assert all((before[k] == after[k]).all() for k in before)
     assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["epoch"] == 1

@@ -58,3 +58,35 @@ def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> Regio
     if regions.num_regions <= max_regions:
         return regions
     return RegionFeatures(regions.features[:max_regions], regions.boxes[:max_regions], regions.width, regions.height)
+
+
+class RegionSampler:
+    """Seeded random draws of the region features a model sees (the first ``max_regions`` of each image) from
+    the images ``image_ids`` of ``store`` — e.g. the training images, for data-dependent initialisation
+    (k-means dictionaries) without reading a whole COCO-size store."""
+
+    def __init__(self, store: FeatureStore, image_ids: list[int], max_regions: int) -> None:
+        if not image_ids:
+            raise DataError("no images to sample regions from", path=store.path)
+        self.store, self.image_ids, self.max_regions = store, list(image_ids), max_regions
+
+    @property
+    def dim(self) -> int:
+        """D, the feature size."""
+        return self.store.dim
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """(n, D) float32 with n = min(count, regions of all images): all regions of images drawn without
+        replacement (order from ``generator``) until ``count`` are collected; the last image drawn gives its
+        first regions only. Deterministic for a generator state."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        order = torch.randperm(len(self.image_ids), generator=generator).tolist()
+        chunks, total = [], 0
+        for index in order:
+            if total >= count:
+                break
+            features = first_regions(self.store, self.image_ids[index], self.max_regions).features
+            chunks.append(features[: count - total])
+            total += len(chunks[-1])
+        return torch.from_numpy(np.concatenate(chunks).astype(np.float32, copy=False))

@@ -1,22 +1,31 @@
-"""Models and their registry of kinds (``ModelConfig.kind`` -> builder ``(cfg, vocab_size, pad_id)``).
+"""Models and their registry of kinds (``ModelConfig.kind`` -> :class:`ModelKind`: the task the kind serves
+and its builder). Captioners are built as ``build(cfg, vocab_size, pad_id)``; VQA models as
+``build(cfg, num_words, num_answers, pad_id)``, map the inputs mapping to answer logits (B, A) and expose
+``word_embeddings`` (MCAN's come from the shared :class:`QuestionEncoder`).
 
 Builders validate everything they read (kind options, each site's mechanism, options and placement,
 feed-forward) with ``ConfigError``s naming the key; :func:`check_model_config` runs a builder on the meta
-device so that a config is validated when it loads, without allocating weights.
+device so that a config is validated when it loads, without allocating weights. A kind serving another task
+than the config's is refused when the config loads (:func:`model_kind`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from vlattn.config import ModelConfig, lookup
+from vlattn.errors import ConfigError
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
+from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.meshed import MeshedCrossAttention
+from vlattn.models.question import QuestionEncoder
 from vlattn.models.transformer import (
     ModelInputs,
     Parts,
@@ -26,25 +35,79 @@ from vlattn.models.transformer import (
     encoder_decoder,
 )
 
-MODELS: dict[str, Callable[[ModelConfig, int, int], nn.Module]] = {
-    "transformer": build_transformer,
-    "m2": build_m2,
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A registered model kind: ``task``, the name of the task (``vlattn.tasks.TASKS``) whose models it
+    builds, and ``build``, its builder (the task decides the builder's arguments)."""
+
+    task: str
+    build: Callable[..., nn.Module]
+
+
+MODELS: dict[str, ModelKind] = {
+    "transformer": ModelKind("captioning", build_transformer),
+    "m2": ModelKind("captioning", build_m2),
+    "mcan": ModelKind("vqa", build_mcan),
 }
 
 
+def model_kind(kind: str, task: str) -> ModelKind:
+    """The registered kind ``kind`` (unknown kinds list the valid ones), which must serve ``task``; errors
+    name ``model.kind``."""
+    entry = lookup(MODELS, kind, "model kind", "model.kind")
+    if entry.task != task:
+        own = ", ".join(sorted(name for name, other in MODELS.items() if other.task == task)) or "(none)"
+        raise ConfigError(
+            f"model.kind: {kind!r} is a {entry.task} model, but the config's task is {task!r} (its kinds: {own})"
+        )
+    return entry
+
+
 def build_captioner(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> nn.Module:
-    """Build the model of kind ``cfg.kind``; unknown kinds list the valid ones."""
-    return lookup(MODELS, cfg.kind, "model kind", "model.kind")(cfg, vocab_size, pad_id)
+    """Build the captioner of kind ``cfg.kind``; unknown kinds list the valid ones."""
+    return model_kind(cfg.kind, "captioning").build(cfg, vocab_size, pad_id)
 
 
-def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> None:
-    """Raise the ``ConfigError`` that building ``cfg`` would raise, without allocating weights."""
-    with torch.device("meta"):
-        build_captioner(cfg, vocab_size)
+def build_vqa_model(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> nn.Module:
+    """Build the VQA model of kind ``cfg.kind``; unknown kinds list the valid ones."""
+    return model_kind(cfg.kind, "vqa").build(cfg, num_words, num_answers, pad_id)
+
+
+@contextlib.contextmanager
+def without_initialisation() -> Iterator[None]:
+    """Make every ``torch.nn.init`` function a no-op for the duration: weights built on the meta device have no
+    values to initialise, and running the initialisers there imports ``torch._dynamo`` (seconds of start-up
+    for every command that loads a config)."""
+    names = [name for name in dir(nn.init) if name.endswith("_") and not name.startswith("_")]
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
+def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device (its structure, no data)."""
+    with torch.device("meta"), without_initialisation():
+        return build_captioner(cfg, vocab_size)
+
+
+def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device."""
+    with torch.device("meta"), without_initialisation():
+        return build_vqa_model(cfg, size, size)
 
 
 __all__ = [
+    "MCAN",
     "MODELS",
+    "ModelKind",
     "CrossAttentionSite",
     "DecoderLayer",
     "EncoderLayer",
@@ -53,13 +116,18 @@ __all__ = [
     "MeshedCrossAttention",
     "ModelInputs",
     "Parts",
+    "QuestionEncoder",
     "TransformerCaptioner",
     "TransformerDecoder",
     "TransformerEncoder",
     "TransformerState",
     "build_captioner",
     "build_m2",
+    "build_mcan",
     "build_transformer",
+    "build_vqa_model",
     "check_model_config",
+    "check_vqa_model_config",
     "encoder_decoder",
+    "model_kind",
 ]

@@ -1,1 +1,2 @@
-"""Training: XE and SCST objectives, the shared loop, schedules, checkpoints, distributed helpers."""
+"""Training: the stage runner, the shared loop, XE and SCST objectives, schedules, the optimiser, checkpoints,
+data-dependent initialisation (``prepare``), distributed helpers."""

@@ -1,9 +1,24 @@
-"""Checkpoints: ``model.safetensors`` + ``config.json`` + ``vocab.json`` (+ ``train_state.pt``).
+"""Checkpoints: weights, config, named vocabularies (+ training state), written and read as one directory.
 
-A checkpoint is a directory written as a whole: files go into ``<dir>.tmp``, which then replaces
-``<dir>`` by renames (the previous version is kept as ``<dir>.old`` until the swap is complete). A
-crash at any moment therefore leaves either the old or the new checkpoint readable, never a mix;
-:func:`resolve_checkpoint` falls back to ``<dir>.old`` if a crash hit between the two renames.
+Layout of a checkpoint directory::
+
+    model.safetensors      the weights; its metadata records the SHA-256 of every vocabulary (below)
+    config.json            the resolved config of the run (``task``, model, data, train, eval)
+    vocab-<name>.json      one file per named vocabulary of the task: ``vocab-words.json`` (captions,
+                           questions), ``vocab-answers.json`` (VQA); each in its class's own JSON format
+    train_state.pt         optimizer state, RNG states and loop counters (checkpoints of a run only)
+
+The weights and the vocabularies belong together (row i of an embedding or classifier is entry i of a
+vocabulary), so the weights file carries ``vlattn.vocabularies`` metadata: ``{name: sha256}`` of each
+vocabulary's entries (:func:`vocabulary_hash`). Reading a vocabulary checks its hash against the weights:
+a vocabulary file that was replaced or edited is a one-line :class:`~vlattn.errors.DataError`, never wrong
+captions. Checkpoints written before named vocabularies hold ``vocab.json`` and no metadata: that file is
+read as the ``words`` vocabulary, unchecked.
+
+A checkpoint is written as a whole: files go into ``<dir>.tmp``, which then replaces ``<dir>`` by renames
+(the previous version is kept as ``<dir>.old`` until the swap is complete). A crash at any moment therefore
+leaves either the old or the new checkpoint readable, never a mix; :func:`resolve_checkpoint` falls back to
+``<dir>.old`` if a crash hit between the two renames.
 
 ``train_state.pt`` holds only tensors and plain Python containers (optimizer state, RNG states,
 counters) and is read with ``torch.load(..., weights_only=True)``.
@@ -11,40 +26,94 @@ counters) and is read with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from vlattn.config import Config, config_from_dict, save_config
-from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
-VOCAB_FILE = "vocab.json"
 STATE_FILE = "train_state.pt"
+LEGACY_VOCAB_FILE = "vocab.json"  # checkpoints before named vocabularies: the ``words`` vocabulary
+VOCABULARIES_KEY = "vlattn.vocabularies"  # safetensors metadata: JSON {name: sha256}
+
+
+class NamedVocabulary(Protocol):
+    """What a checkpoint needs of a vocabulary: its entries in index order and JSON persistence
+    (:class:`~vlattn.data.vocab.Vocabulary`, :class:`~vlattn.data.vqa_answers.AnswerVocabulary`)."""
+
+    itos: list[str]
+
+    def save(self, path: str | Path) -> None: ...
+
+
+V = TypeVar("V", bound=NamedVocabulary)
+
+
+def vocabulary_file(name: str) -> str:
+    """File name of vocabulary ``name`` in a checkpoint or run directory: ``vocab-<name>.json``."""
+    return f"vocab-{name}.json"
+
+
+def vocabulary_hash(vocab: NamedVocabulary) -> str:
+    """SHA-256 of the vocabulary's entries in index order (independent of the file's formatting)."""
+    return hashlib.sha256(json.dumps(list(vocab.itos), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def save_vocabularies(directory: Path, vocabularies: Mapping[str, NamedVocabulary]) -> None:
+    """Write each vocabulary as ``directory/vocab-<name>.json`` (atomically, file by file)."""
+    for name, vocab in vocabularies.items():
+        vocab.save(directory / vocabulary_file(name))
 
 
 @dataclass
 class Checkpoint:
-    """What a checkpoint directory holds, loaded."""
+    """What a checkpoint directory holds, loaded: the config, the training state (when asked for) and the
+    vocabulary hashes recorded with the weights; vocabularies are read by :meth:`vocabulary`, the weights by
+    :func:`load_weights`."""
 
     path: Path
     config: Config
-    vocab: Vocabulary
     train_state: dict[str, Any] | None
+    hashes: dict[str, str] = field(default_factory=dict)  # vocabulary name -> sha256; {} for old checkpoints
+
+    def vocabulary(self, name: str, load: Callable[[Path], V]) -> V:
+        """Vocabulary ``name`` read by ``load`` (e.g. ``Vocabulary.load``), checked against the hash recorded
+        with the weights."""
+        file = self.path / vocabulary_file(name)
+        if not file.is_file() and name == "words" and not self.hashes and (self.path / LEGACY_VOCAB_FILE).is_file():
+            return load(self.path / LEGACY_VOCAB_FILE)
+        if self.hashes and name not in self.hashes:
+            raise DataError(f"the weights record no {name!r} vocabulary (recorded: {', '.join(sorted(self.hashes))})",
+                            path=self.path / MODEL_FILE)
+        if not file.is_file():
+            raise DataError(f"checkpoint has no {name!r} vocabulary", path=file)
+        vocab = load(file)
+        expected, actual = self.hashes.get(name), vocabulary_hash(vocab)
+        if expected is not None and actual != expected:
+            raise DataError(
+                f"vocabulary does not match the weights (sha256 {actual[:12]}..., the weights were trained with "
+                f"{expected[:12]}...); restore the checkpoint's own {vocabulary_file(name)}",
+                path=file,
+            )
+        return vocab
 
 
 def save_checkpoint(
     path: str | Path,
     model: torch.nn.Module,
     config: Config,
-    vocab: Vocabulary,
+    vocabularies: Mapping[str, NamedVocabulary],
     train_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see module docstring). Returns its path."""
@@ -54,9 +123,10 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_model(model, str(tmp / MODEL_FILE))
+    hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
+    save_model(model, str(tmp / MODEL_FILE), metadata={VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)})
     save_config(config, tmp / CONFIG_FILE)
-    vocab.save(tmp / VOCAB_FILE)
+    save_vocabularies(tmp, vocabularies)
     if train_state is not None:
         torch.save(train_state, tmp / STATE_FILE)
     if old.exists():
@@ -80,18 +150,36 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise DataError("no checkpoint found (expected model.safetensors + config.json, or a run dir)", path=path)
 
 
+def recorded_hashes(file: Path) -> dict[str, str]:
+    """The ``{vocabulary name: sha256}`` metadata of a weights file ({} for checkpoints written before it)."""
+    try:
+        with safe_open(str(file), framework="pt") as weights:
+            metadata = weights.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise DataError(f"cannot read weights: {err}", path=file) from None
+    if VOCABULARIES_KEY not in metadata:
+        return {}
+    try:
+        hashes = json.loads(metadata[VOCABULARIES_KEY])
+    except json.JSONDecodeError:
+        hashes = None
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        raise DataError(f"malformed {VOCABULARIES_KEY} metadata", path=file)
+    return hashes
+
+
 def load_checkpoint(path: str | Path, *, with_state: bool = False) -> Checkpoint:
-    """Read config, vocabulary and (optionally) training state; the model is loaded by :func:`load_weights`."""
+    """Read config, vocabulary hashes and (optionally) training state; vocabularies are read by
+    :meth:`Checkpoint.vocabulary`, the model by :func:`load_weights`."""
     directory = resolve_checkpoint(path)
     try:
         config = config_from_dict(json.loads((directory / CONFIG_FILE).read_text()))
     except json.JSONDecodeError as err:
         raise DataError(f"malformed JSON: {err}", path=directory / CONFIG_FILE) from None
-    vocab = Vocabulary.load(directory / VOCAB_FILE)
     state = None
     if with_state and (directory / STATE_FILE).is_file():
         state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
-    return Checkpoint(directory, config, vocab, state)
+    return Checkpoint(directory, config, state, recorded_hashes(directory / MODEL_FILE))
 
 
 def load_weights(model: torch.nn.Module, checkpoint: Checkpoint | str | Path) -> torch.nn.Module:

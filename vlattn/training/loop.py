@@ -1,8 +1,12 @@
 """The training loop shared by every objective (cross-entropy, SCST).
 
-The loop knows nothing about the loss: an *objective* maps ``(model, batch)`` to ``(loss, logs)``.
-It owns the data order, the learning-rate schedule, gradient averaging/clipping, validation,
-best/last checkpoints and resuming.
+The loop knows nothing about the loss: an *objective* maps ``(model, batch)`` to ``(loss, logs)``; nor
+about the task, its config or its vocabularies: a *validator* maps the model to metrics (the
+``selection_metric`` among them picks the ``best`` checkpoint, higher is better) and checkpoints are
+written by a :data:`CheckpointWriter` callback. It owns the data order, the learning-rate schedule,
+gradient averaging/clipping, validation, the choice of best/last checkpoints, early stopping (``patience``:
+the stage ends after that many validated epochs without a better selection metric, as the released M2
+``train.py`` does with 5) and resuming.
 
 Reproducible resume: every epoch's order is a permutation drawn from ``seed + epoch`` (independent of
 the global RNG), DataLoader worker seeds come from a dedicated generator, validation runs under
@@ -24,16 +28,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from vlattn.config import Config
-from vlattn.data.vocab import Vocabulary
-from vlattn.training.checkpoint import save_checkpoint
-from vlattn.training.distributed import DistContext, average_gradients
+from vlattn.errors import VlattnError
+from vlattn.training.distributed import DistContext, average_gradients, broadcast_int
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
 
 Batch = dict[str, Any]
 Objective = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
 Validator = Callable[[torch.nn.Module], dict[str, float]]
+CheckpointWriter = Callable[[str, dict[str, Any]], None]
+"""``write(name, train_state)``: save the model with ``train_state`` as checkpoint ``name`` (``last``/``best``)."""
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -67,12 +71,13 @@ class LoopOptions:
     epochs: int
     batch_size: int
     seed: int
+    selection_metric: str  # the validation metric that picks the best checkpoint (higher is better)
     grad_clip: float = 0.0
     log_every: int = 50
     checkpoint_every: int = 0
     max_steps: int = 0
     num_workers: int = 0
-    selection_metric: str = "CIDEr"
+    patience: int = 0  # stop after this many epochs without a better selection metric (0: never)
 
 
 @dataclass
@@ -83,9 +88,11 @@ class LoopState:
     batch_in_epoch: int = 0
     step: int = 0
     best_score: float = -math.inf
+    stale_epochs: int = 0  # validated epochs since the best one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_score": self.best_score}
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step,
+                "best_score": self.best_score, "stale_epochs": self.stale_epochs}
 
 
 def _rng_state() -> dict[str, Any]:
@@ -112,7 +119,8 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 class Trainer:
-    """Runs one stage (XE or SCST) of training with checkpoints in ``run_dir/checkpoints/{last,best}``."""
+    """Runs one stage of training; logs go to ``run_dir/metrics.jsonl``, checkpoints ``last`` (every epoch and
+    every ``checkpoint_every`` steps) and ``best`` (best ``selection_metric``) to ``write_checkpoint``."""
 
     def __init__(
         self,
@@ -125,8 +133,7 @@ class Trainer:
         collate: Callable[[list[Any]], Batch],
         validate: Validator | None,
         run_dir: str | Path,
-        config: Config,
-        vocab: Vocabulary,
+        write_checkpoint: CheckpointWriter,
         options: LoopOptions,
         device: torch.device = torch.device("cpu"),
         ctx: DistContext = DistContext(),
@@ -139,8 +146,7 @@ class Trainer:
         self.collate = collate
         self.validate = validate
         self.run_dir = Path(run_dir)
-        self.config = config
-        self.vocab = vocab
+        self.write_checkpoint = write_checkpoint
         self.options = options
         self.device = device
         self.ctx = ctx
@@ -157,19 +163,29 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
-        """Write ``checkpoints/<name>`` with the full training state (rank 0 only)."""
+        """Write checkpoint ``name`` with the full training state (rank 0 only)."""
         if self.ctx.is_main:
-            save_checkpoint(self.run_dir / "checkpoints" / name, self.model, self.config, self.vocab, self._train_state())
+            self.write_checkpoint(name, self._train_state())
 
     def restore(self, train_state: dict[str, Any]) -> None:
-        """Continue from a saved training state (the model weights are loaded by the caller)."""
+        """Continue from a saved training state (the model weights are loaded by the caller). The optimizer's
+        state (moments, step counts) comes from ``train_state``; its hyper-parameters (betas, weight decay)
+        stay those it was built with, so a resumed run uses the settings it is given."""
         if train_state.get("stage") != self.options.stage:
-            raise ValueError(
+            raise VlattnError(
                 f"cannot resume stage {self.options.stage!r} from a checkpoint of stage {train_state.get('stage')!r}"
             )
         loop = train_state["loop"]
-        self.state = LoopState(int(loop["epoch"]), int(loop["batch_in_epoch"]), int(loop["step"]), float(loop["best_score"]))
-        self.optimizer.load_state_dict(train_state["optimizer"])
+        self.state = LoopState(int(loop["epoch"]), int(loop["batch_in_epoch"]), int(loop["step"]),
+                               float(loop["best_score"]), int(loop.get("stale_epochs", 0)))
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
+        try:
+            self.optimizer.load_state_dict(train_state["optimizer"])
+        except ValueError as err:  # the parameter groups differ
+            raise VlattnError(f"cannot resume: the checkpoint's optimizer does not match this one ({err}); "
+                              "was weight decay switched on or off?") from None
+        for group, values in zip(self.optimizer.param_groups, settings):
+            group.update(values)
         _set_rng_state(train_state["rng"])
 
     # --- the loop ----------------------------------------------------------------------------
@@ -212,10 +228,14 @@ class Trainer:
                 with torch.no_grad():
                     metrics = self.validate(self.model)
             self.log.write("val", self.state.step, epoch=self.state.epoch, stage=self.options.stage, **metrics)
+        if metrics and self.options.selection_metric not in metrics:
+            raise KeyError(f"validation gave no {self.options.selection_metric!r} (the selection metric); got {sorted(metrics)}")
         score = metrics.get(self.options.selection_metric, -math.inf)
         improved = score > self.state.best_score
         if improved:
             self.state.best_score = score
+        stale = 0 if improved else self.state.stale_epochs + 1
+        self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
         self.state.epoch += 1
         self.state.batch_in_epoch = 0
         self.save("last")
@@ -226,6 +246,9 @@ class Trainer:
     def _done(self) -> bool:
         return self.options.max_steps > 0 and self.state.step >= self.options.max_steps
 
+    def _out_of_patience(self) -> bool:
+        return 0 < self.options.patience <= self.state.stale_epochs
+
     def fit(self) -> dict[str, float]:
         """Train until ``epochs`` are done; returns the last validation metrics.
 
@@ -234,7 +257,7 @@ class Trainer:
         """
         last_metrics: dict[str, float] = {}
         quiet = not sys.stderr.isatty() or not self.ctx.is_main
-        while self.state.epoch < self.options.epochs and not self._done():
+        while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
             loader = self._loader(self.state.epoch, self.state.batch_in_epoch)
             bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}", disable=quiet)
             for batch in bar:
@@ -248,5 +271,8 @@ class Trainer:
                 if self._done():
                     break
             last_metrics = self._end_epoch()
+        if self._out_of_patience():
+            self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
+                           reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")
         self.log.close()
         return last_metrics

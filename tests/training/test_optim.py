@@ -1,0 +1,122 @@
+"""Weight decay: parameter groups exempt norms, biases, memory slots and whatever a module lists in
+``no_weight_decay``; an exempt parameter is not moved by decay, a decayed one shrinks; resuming keeps the
+configured hyper-parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from torch import nn
+
+from vlattn.attention import build_attention
+from vlattn.errors import VlattnError
+from vlattn.training.loop import LoopOptions, Trainer
+from vlattn.training.optim import build_optimizer, parameter_groups
+from vlattn.training.schedules import Constant
+
+
+class Dictionary(nn.Module):
+    """A module with a 2-D table that must not decay (as CATT's dictionaries) beside one that may."""
+
+    no_weight_decay: ClassVar[tuple[str, ...]] = ("entries",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries = nn.Parameter(torch.randn(5, 4))
+        self.proj = nn.Linear(4, 4)
+
+
+class Toy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(7, 4)
+        self.memory = build_attention("memory", d_model=4, num_heads=2, options={"slots": 3})
+        self.norm = nn.LayerNorm(4)
+        self.dictionary = Dictionary()
+        self.gate = nn.Parameter(torch.ones(()))
+
+
+EXEMPT = {
+    "memory.q_proj.bias", "memory.k_proj.bias", "memory.v_proj.bias", "memory.out_proj.bias",
+    "memory.memory_keys", "memory.memory_values", "norm.weight", "norm.bias", "dictionary.entries",
+    "dictionary.proj.bias", "gate",
+}
+DECAYED = {"embed.weight", "memory.q_proj.weight", "memory.k_proj.weight", "memory.v_proj.weight",
+           "memory.out_proj.weight", "dictionary.proj.weight"}
+
+
+def names(model: nn.Module, params: list[nn.Parameter]) -> set[str]:
+    by_id = {id(p): name for name, p in model.named_parameters()}
+    return {by_id[id(p)] for p in params}
+
+
+def test_groups_by_module_type_dimension_and_declared_names() -> None:
+    model = Toy()
+    assert set(dict(model.named_parameters())) == EXEMPT | DECAYED  # the lists above cover the model
+    decayed, exempt = parameter_groups(model, 0.01)
+    assert (decayed["weight_decay"], exempt["weight_decay"]) == (0.01, 0.0)
+    assert names(model, decayed["params"]) == DECAYED and names(model, exempt["params"]) == EXEMPT
+    # without decay: one group, every parameter in model order (the optimiser of earlier versions)
+    (single,) = parameter_groups(model, 0.0)
+    assert single["params"] == list(model.parameters())
+
+
+def test_a_2d_norm_parameter_is_exempt_by_its_module_type() -> None:
+    class WideNorm(nn.LayerNorm):  # a norm whose gain is a matrix: exempt by type, not by dimension
+        def __init__(self) -> None:
+            super().__init__((2, 3))
+
+    model = nn.Sequential(nn.Linear(3, 6, bias=False), WideNorm())
+    decayed, exempt = parameter_groups(model, 0.1)
+    assert names(model, decayed["params"]) == {"0.weight"}
+    assert names(model, exempt["params"]) == {"1.weight", "1.bias"}
+
+
+def test_decay_moves_only_decayed_parameters() -> None:
+    torch.manual_seed(0)
+    model = Toy()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = build_optimizer(model, (0.9, 0.98), weight_decay=0.1)
+    for group in optimizer.param_groups:
+        group["lr"] = 0.01
+    loss = sum((p * 0.0).sum() for p in model.parameters())  # zero gradients: only decay acts
+    loss.backward()
+    optimizer.step()
+    for name, p in model.named_parameters():
+        if name in EXEMPT:
+            assert torch.equal(p, before[name]), name
+        else:  # L2 decay: the Adam step opposes the sign of each (non-zero) weight
+            moved = p.detach() - before[name]
+            nonzero = before[name] != 0
+            assert (torch.sign(moved[nonzero]) == -torch.sign(before[name][nonzero])).all(), name
+
+
+def trainer_for(model: nn.Module, run_dir: Path, weight_decay: float, betas=(0.9, 0.98)) -> Trainer:
+    return Trainer(
+        model=model, optimizer=build_optimizer(model, betas, weight_decay), schedule=Constant(1e-3),
+        objective=lambda m, b: (m(b["x"]).sum(), {}), dataset=[torch.ones(2)] * 4,
+        collate=lambda rows: {"x": torch.stack(rows)}, validate=None,
+        run_dir=run_dir, write_checkpoint=lambda name, state: None,
+        options=LoopOptions(stage="s", epochs=1, batch_size=2, seed=0, selection_metric="m"),
+    )
+
+
+def test_resume_keeps_the_configured_hyper_parameters(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(2, 2)
+    saved: dict[str, dict] = {}
+    first = trainer_for(model, tmp_path, 0.1)
+    first.write_checkpoint = lambda name, state: saved.update({name: state})
+    first.fit()
+    state = saved["last"]
+    assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.1, 0.0]
+    resumed = trainer_for(model, tmp_path, 0.2, betas=(0.8, 0.9))
+    resumed.restore(state)
+    assert [g["weight_decay"] for g in resumed.optimizer.param_groups] == [0.2, 0.0]
+    assert all(g["betas"] == (0.8, 0.9) for g in resumed.optimizer.param_groups)
+    # switching decay off changes the groups: a one-line error, not a traceback
+    with pytest.raises(VlattnError, match="optimizer does not match"):
+        trainer_for(model, tmp_path, 0.0).restore(state)

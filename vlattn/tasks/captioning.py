@@ -1,0 +1,434 @@
+"""Image captioning: the task's data, model, training stages, validation, evaluation, captioning of a
+feature store and profiling — the ``captioning`` entry of :data:`vlattn.tasks.TASKS`.
+
+Data: a Karpathy split file and a feature store under ``data.root`` (:class:`CaptionData`), one vocabulary,
+``words``. Stages (both validate by decoding the val split per ``train.val_decoding`` and keep the best
+CIDEr-D):
+
+- ``xe``: cross-entropy with teacher forcing (NG-SAN Sec. 5.1, M2 Sec. 3.3); ``train.schedule``,
+  ``train.epochs``, ``train.patience``, ``train.batch_size``, ``train.adam_betas``; ``--init`` optionally
+  warm-starts from other weights;
+- ``scst``: self-critical sequence training on the CIDEr-D reward (M2 Sec. 3.3, Eq. 10), from ``--init``
+  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_patience``, ``train.scst_batch_size``,
+  ``train.scst_adam_betas`` (default ``train.adam_betas``), ``train.scst_loss_normalise``.
+
+The reward's CIDEr-D document frequencies come from the training references and are cached next to the data
+(``<data root>/cache/cider_df_<mode>.npz``), rebuilt automatically when the references, the tokenisation or
+the mode change (the table records a fingerprint of all of them).
+
+Evaluation decodes a split with beam search and scores it with the COCO caption metrics (BLEU, METEOR,
+ROUGE-L, CIDEr-D, SPICE where Java allows); predictions are written in the COCO results format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from vlattn.config import Config, DataConfig
+from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
+from vlattn.data.features import open_store
+from vlattn.data.features.base import FeatureStore
+from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
+from vlattn.data.regions import RegionSampler
+from vlattn.data.vocab import Vocabulary, build_vocabulary
+from vlattn.decoding import beam_search, greedy_decode
+from vlattn.errors import ConfigError, DataError
+from vlattn.io import atomic_write_text
+from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
+from vlattn.models import build_captioner, check_model_config
+from vlattn.models.profile import (
+    backbone_madds,
+    backbone_parameters,
+    count_parameters,
+    flops_decode_step,
+    flops_train_step,
+    latency,
+)
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
+from vlattn.training.distributed import pick_device
+from vlattn.training.loop import Objective, Validator
+from vlattn.training.prepare import PrepareResources
+from vlattn.training.scst import scst_objective
+from vlattn.training.schedules import lr_scale
+from vlattn.training.stage import Stage
+from vlattn.training.xe import xe_objective
+
+SPLITS = ("train", "val", "test")
+VAL_METRICS = ("BLEU", "ROUGE_L", "CIDEr")
+# SCST references are the Karpathy split file's tokens (PTB-tokenised, lowercase, no punctuation).
+TOKENIZATION = "karpathy-tokens"
+RewardFn = Callable[[torch.Tensor, list[int]], torch.Tensor]
+
+
+# --- data and model ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CaptionData:
+    """Karpathy entries by split, the vocabulary and the feature store of one data set, cut as ``config``
+    says (regions per image, caption length)."""
+
+    config: DataConfig
+    entries: dict[str, list[ImageEntry]]
+    vocab: Vocabulary
+    store: FeatureStore
+
+    @property
+    def root(self) -> Path:
+        return Path(self.config.root)
+
+    @property
+    def vocabularies(self) -> dict[str, Vocabulary]:
+        """The named vocabularies a checkpoint of this task stores: ``words``."""
+        return {"words": self.vocab}
+
+    def train_set(self) -> CaptionTrainSet:
+        """One item per training (image, caption) pair."""
+        cfg = self.config
+        return CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions, cfg.max_caption_len)
+
+    def eval_set(self, split: str, limit: int = 0) -> CaptionEvalSet:
+        """One item per image of ``split`` (the first ``limit`` when > 0)."""
+        entries = self.entries[split][:limit] if limit > 0 else self.entries[split]
+        return CaptionEvalSet(entries, self.store, self.config.max_regions)
+
+    def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources:
+        """Training regions, and the model's word embeddings with the training captions' word counts."""
+        regions = RegionSampler(self.store, [e.image_id for e in self.entries["train"]], self.config.max_regions)
+        embeddings = getattr(model, "word_embeddings", None)
+        words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
+        word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
+        return PrepareResources(
+            seed=seed, regions=regions, word_counts=word_counts,
+            word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
+        )
+
+
+def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> CaptionData:
+    """Read the Karpathy file and feature store under ``cfg.root``; build the vocabulary unless given."""
+    root = Path(cfg.root)
+    entries = load_karpathy(root / cfg.karpathy)
+    by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
+    if vocab is None:
+        vocab = build_vocabulary(entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)
+    return CaptionData(cfg, by_split, vocab, open_store(root / cfg.features))
+
+
+def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
+    """The data of a training stage, with the vocabulary of ``source`` when the run starts from a checkpoint."""
+    return load_caption_data(cfg.data, None if source is None else source.vocabulary("words", Vocabulary.load))
+
+
+def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
+    """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
+    check_feature_dim(cfg.model, store_dim)
+    return build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
+
+
+# --- decoding and scoring ---------------------------------------------------------------------------------
+
+
+def decode_dataset(
+    model: nn.Module,
+    dataset: CaptionEvalSet,
+    vocab: Vocabulary,
+    *,
+    beam_size: int = 5,
+    max_len: int = 20,
+    length_penalty: float = 0.0,
+    batch_size: int = 50,
+    device: torch.device = torch.device("cpu"),
+) -> dict[int, str]:
+    """Caption every image of ``dataset``: greedy when ``beam_size == 1``, else beam search (best beam)."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
+    predictions: dict[int, str] = {}
+    model.eval()
+    with torch.no_grad():
+        for batch in loader:
+            inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            if beam_size <= 1:
+                tokens = greedy_decode(model, inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
+            else:
+                tokens = beam_search(
+                    model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
+                    length_penalty=length_penalty,
+                ).tokens[:, 0]
+            for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
+                predictions[int(image_id)] = vocab.decode(row)
+    return predictions
+
+
+def references_of(dataset: CaptionEvalSet) -> dict[int, list[str]]:
+    """``{image_id: [raw reference strings]}`` of an evaluation set."""
+    return {int(entry.image_id): list(entry.raw) for entry in dataset.entries}
+
+
+def score_predictions(
+    predictions: dict[int, str],
+    references: dict[int, list[str]],
+    *,
+    collapse_repeats: bool = False,
+    metrics: Sequence[str] = ("BLEU", "METEOR", "ROUGE_L", "CIDEr", "SPICE"),
+    tokenizer_backend: str = "auto",
+) -> dict[str, object]:
+    """Metrics dict: scores plus ``unavailable`` (metric -> reason) for any that could not run."""
+    report = evaluate_captions(
+        references, predictions, collapse_repeats=collapse_repeats, metrics=tuple(metrics),
+        tokenizer_backend=tokenizer_backend,
+    )
+    return report.to_dict()
+
+
+def write_predictions(path: str | Path, predictions: dict[int, str]) -> None:
+    """COCO results format ``[{"image_id": int, "caption": str}]``, written atomically."""
+    rows = [{"image_id": image_id, "caption": caption} for image_id, caption in sorted(predictions.items())]
+    atomic_write_text(path, json.dumps(rows, indent=1))
+
+
+def training_reward(data: CaptionData, *, mode: str = "image", include_eos: bool = False) -> RewardFn:
+    """The SCST reward, CIDEr-D against the training references (document frequencies cached under
+    ``<data root>/cache/``): ``reward(tokens (N, L) ids, image_ids (B,)) -> (N,)`` rewards; samples of image b
+    are rows b*k..b*k+k-1."""
+    entries = data.entries["train"]
+    references = {e.image_id: [" ".join(tokens) for tokens in e.captions] for e in entries}
+    table = CiderDocumentFrequency.cached(
+        data.root / "cache" / f"cider_df_{mode}.npz", list(references.values()), mode=mode,
+        eos_token=data.vocab.itos[data.vocab.EOS], tokenization=TOKENIZATION,
+    )
+    scorer = CiderReward(table, include_eos, vocabulary=data.vocab.itos)
+
+    def reward(tokens: torch.Tensor, image_ids: list[int]) -> torch.Tensor:
+        refs = [references[i] for i in image_ids]
+        return torch.from_numpy(scorer(tokens.cpu().numpy(), refs)).float()
+
+    return reward
+
+
+# --- stages -----------------------------------------------------------------------------------------------
+
+
+def make_validator(cfg: Config, data: CaptionData, device: torch.device) -> Validator:
+    """Validation: decode the val split (greedy or beam per ``train.val_decoding``) and score it."""
+    dataset = data.eval_set("val", cfg.train.val_max_images)
+    references = references_of(dataset)
+    beam = cfg.eval.beam_size if cfg.train.val_decoding == "beam" else 1
+
+    def validate(model: nn.Module) -> dict[str, float]:
+        predictions = decode_dataset(
+            model, dataset, data.vocab, beam_size=beam, max_len=cfg.eval.max_len, batch_size=cfg.eval.batch_size,
+            device=device,
+        )
+        report = score_predictions(
+            predictions, references, collapse_repeats=cfg.eval.collapse_repeats, metrics=VAL_METRICS,
+            tokenizer_backend="python",
+        )
+        return {k: float(v) for k, v in report["scores"].items()}
+
+    return validate
+
+
+def stage_model(cfg: Config, data: CaptionData) -> nn.Module:
+    return build_model(cfg, data.vocab, data.store.dim)
+
+
+def _xe_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objective:
+    return xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing)
+
+
+def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objective:
+    return scst_objective(
+        reward=training_reward(data, mode=cfg.eval.cider_df_mode, include_eos=cfg.eval.reward_include_eos),
+        vocab=data.vocab,
+        sampling=cfg.train.scst_sampling,
+        baseline=cfg.train.scst_baseline,
+        num_samples=cfg.train.scst_samples,
+        max_len=cfg.eval.max_len,
+        normalise=cfg.train.scst_loss_normalise,
+    )
+
+
+XE: Stage[CaptionData] = Stage(
+    name="xe",
+    summary="cross-entropy with teacher forcing",
+    load_data=stage_data,
+    build_model=stage_model,
+    objective=_xe_objective,
+    train_set=lambda cfg, data: data.train_set(),
+    collate=collate_train,
+    validator=make_validator,
+    selection_metric="CIDEr",
+    lr_scaling=True,
+)
+
+SCST: Stage[CaptionData] = dataclasses.replace(
+    XE,
+    name="scst",
+    summary="self-critical sequence training on CIDEr-D, from --init weights",
+    objective=_scst_objective,
+    train_set=lambda cfg, data: data.eval_set("train"),
+    collate=collate_eval,
+    schedule="train.scst_schedule",
+    epochs="train.scst_epochs",
+    batch_size="train.scst_batch_size",
+    patience="train.scst_patience",
+    adam_betas="train.scst_adam_betas",
+    needs_init=True,
+    lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
+)
+
+
+# --- evaluation and captioning ----------------------------------------------------------------------------
+
+
+def _load_model(checkpoint: Checkpoint, vocab: Vocabulary, store_dim: int, device: torch.device) -> nn.Module:
+    model = build_model(checkpoint.config, vocab, store_dim)
+    load_weights(model, checkpoint)
+    return model.to(device).eval()
+
+
+def _decode(
+    model: nn.Module, dataset: CaptionEvalSet, checkpoint: Checkpoint, vocab: Vocabulary, beam: int,
+    device: torch.device,
+) -> dict[int, str]:
+    """Decode ``dataset`` with the checkpoint's evaluation settings (max length, length penalty, batch size)."""
+    cfg = checkpoint.config.eval
+    return decode_dataset(
+        model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
+        batch_size=cfg.batch_size, device=device,
+    )
+
+
+def check_beam_size(beam_size: int | None, cfg: Config, vocab: Vocabulary) -> int:
+    """``beam_size`` (default: ``eval.beam_size`` of ``cfg``), between 1 and the vocabulary size."""
+    beam = beam_size if beam_size is not None else cfg.eval.beam_size
+    name = "--beam-size" if beam_size is not None else "eval.beam_size of the checkpoint's config"
+    if beam < 1:
+        raise ConfigError(f"{name} must be at least 1 (1 = greedy), got {beam}")
+    if beam > len(vocab):
+        raise ConfigError(f"{name} is {beam}, more than the {len(vocab)} words of the vocabulary")
+    return beam
+
+
+def caption(
+    checkpoint_path: str | Path,
+    features: str | Path,
+    ids: list[int] | None,
+    *,
+    beam_size: int | None = None,
+    device: str = "auto",
+) -> list[dict[str, Any]]:
+    """Caption the given image ids (default: all) of a feature store; COCO results rows."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    cfg = checkpoint.config
+    if cfg.task != CAPTIONING.name:
+        raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
+    vocab = checkpoint.vocabulary("words", Vocabulary.load)
+    beam = check_beam_size(beam_size, cfg, vocab)
+    store = open_store(features)
+    wanted = ids if ids is not None else store.ids()
+    missing = [i for i in wanted if i not in store]
+    if missing:
+        raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
+    dev = pick_device(device)
+    model = _load_model(checkpoint, vocab, store.dim, dev)
+    entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
+    predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
+    return [{"image_id": i, "caption": predictions[i]} for i in wanted]
+
+
+class Captioning:
+    """The captioning task (see the module docstring)."""
+
+    name = "captioning"
+    stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
+
+    def check(self, cfg: Config) -> None:
+        """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
+        ``train.lr_scaling`` against it."""
+        lr_scale(cfg.train.lr_scaling, check_model_config(cfg.model))
+
+    def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
+        """Decode ``request.split`` (default ``test``) with beam search, score it, write predictions and metrics
+        under :func:`~vlattn.tasks.base.output_dir`; returns the report."""
+        cfg = checkpoint.config
+        split = request.split or "test"
+        if request.data_root is not None:
+            cfg.data.root = str(request.data_root)
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        vocab = checkpoint.vocabulary("words", Vocabulary.load)
+        beam = check_beam_size(request.beam_size, cfg, vocab)
+        dev = pick_device(request.device)
+        data = load_caption_data(cfg.data, vocab)
+        require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
+        model = _load_model(checkpoint, vocab, data.store.dim, dev)
+        dataset = data.eval_set(split)
+        predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
+        scores = score_predictions(predictions, references_of(dataset), collapse_repeats=cfg.eval.collapse_repeats)
+        out = output_dir(checkpoint)
+        write_predictions(out / f"{split}_predictions.json", predictions)
+        report = {
+            "split": split,
+            "checkpoint": str(checkpoint.path),
+            "data_root": str(Path(cfg.data.root).resolve()),
+            "images": len(predictions),
+            "beam_size": beam,
+            "max_len": cfg.eval.max_len,
+            "collapse_repeats": cfg.eval.collapse_repeats,
+            **scores,
+            "predictions": str(out / f"{split}_predictions.json"),
+        }
+        atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
+        return report
+
+    def format_report(self, report: dict[str, Any]) -> str:
+        """Human-readable metrics table of :meth:`evaluate`'s report."""
+        lines = [f"{report['split']}: {report['images']} images, beam {report['beam_size']} ({report['checkpoint']})"]
+        for name, value in report["scores"].items():
+            lines.append(f"  {name:<8} {value:.4f}")
+        for name, reason in report.get("unavailable", {}).items():
+            lines.append(f"  {name:<8} not computed: {reason}")
+        tokenizer = report.get("tokenizer", {})
+        if tokenizer.get("backend") == "python":
+            lines.append(f"  tokenizer: Python PTB ({tokenizer['differences']}); "
+                         f"{tokenizer['captions_that_may_differ']} captions hold such text")
+        return "\n".join(lines)
+
+    def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
+        """Parameters (total, per top-level module, backbone), FLOPs of a training and a decoding step, backbone
+        multiply-adds per sample (encoder over ``regions``, decoder over ``length``), and latency."""
+        if shapes.length + 1 > cfg.model.max_positions:
+            raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
+                              f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
+        model = build_captioner(cfg.model, shapes.vocab_size)
+        sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,
+                     feature_dim=cfg.model.feature_dim, vocab=shapes.vocab_size)
+        model.eval()
+        madds = backbone_madds(model, shapes.regions, shapes.length, cfg.model.feature_dim, shapes.vocab_size)
+        model.train()
+        train_flops = flops_train_step(model, **sizes)
+        model.eval()
+        decode_flops = flops_decode_step(model, **sizes)
+        model.train()
+        return {
+            "model": cfg.model.kind,
+            "shapes": sizes,
+            "threads": torch.get_num_threads(),
+            "parameters": count_parameters(model),
+            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
+            "flops": {"train_step": train_flops, "decode_step": decode_flops},
+            "latency_ms": latency(model, repeats=shapes.repeats, **sizes),
+        }
+
+
+CAPTIONING = Captioning()

@@ -1,0 +1,56 @@
+"""The optimiser: Adam as in every paper, with weight decay (when set) only where it belongs.
+
+Weight decay shrinks weights towards zero. That regularises projection matrices, but pulling a norm's gain
+towards 0, a bias, a learned memory slot or a global dictionary entry towards the origin is not
+regularisation, it is a change of the model. :func:`parameter_groups` therefore exempts
+
+- every parameter of a normalisation module (:data:`NORM_TYPES`: LayerNorm, GroupNorm, batch and instance
+  norms, and subclasses of them);
+- every parameter with fewer than two dimensions (biases, the gains of any norm, scalar gates);
+- the parameters a module lists by name in its class attribute ``no_weight_decay`` (memory slots of
+  :class:`~vlattn.attention.MemoryAugmentedAttention`, CATT's dictionaries), dotted names allowed.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.optim import Adam
+
+NORM_TYPES: tuple[type[nn.Module], ...] = (
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+)
+
+
+def decay_exempt(model: nn.Module) -> set[int]:
+    """``id``s of the parameters of ``model`` that weight decay must not touch (see the module docstring)."""
+    exempt = {id(p) for p in model.parameters() if p.dim() < 2}
+    for module in model.modules():
+        if isinstance(module, NORM_TYPES):
+            exempt.update(id(p) for p in module.parameters())
+        exempt.update(id(module.get_parameter(name)) for name in getattr(module, "no_weight_decay", ()))
+    return exempt
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Optimiser parameter groups: one group of every trainable parameter when ``weight_decay`` is 0; else
+    ``[{decayed params, weight_decay}, {exempt params, weight_decay 0}]`` (empty groups dropped). Parameters
+    keep the order of ``model.parameters()`` within each group; shared parameters appear once."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if weight_decay == 0:
+        return [{"params": params}]
+    exempt = decay_exempt(model)
+    groups = [
+        {"params": [p for p in params if id(p) not in exempt], "weight_decay": weight_decay},
+        {"params": [p for p in params if id(p) in exempt], "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def build_optimizer(
+    model: nn.Module, betas: tuple[float, float], weight_decay: float = 0.0, eps: float = 1e-8
+) -> Adam:
+    """Adam over :func:`parameter_groups` (the learning rate is set by the schedule before every step)."""
+    return Adam(parameter_groups(model, weight_decay), lr=0.0, betas=betas, eps=eps, weight_decay=0.0)

@@ -1,0 +1,206 @@
+"""Training stages, and the runner that executes a stage of any task.
+
+A task (:mod:`vlattn.tasks`) describes each of its stages as a :class:`Stage`: a data loader, a model builder,
+an objective with its training set, a validator and the validation metric that selects the best
+checkpoint, plus the config keys of the stage's schedule, epochs and batch size. :func:`run_stage` does the
+rest, the same for every task: where the run starts (fresh, ``--resume``, ``--init``), the seed, the
+``prepare`` hooks of a fresh model (:mod:`vlattn.training.prepare`), devices and ranks, the optimiser, the
+run directory, and the checkpoints (weights + config + the task's named vocabularies, through the
+:class:`~vlattn.training.loop.Trainer`'s checkpoint callback).
+
+Run directory layout::
+
+    RUN_DIR/config.yaml            the resolved config of the run
+    RUN_DIR/vocab-<name>.json      the run's vocabularies (also inside every checkpoint)
+    RUN_DIR/metrics.jsonl          train/val records, appended (also across resumes)
+    RUN_DIR/checkpoints/last/      the latest checkpoint, with the training state (see
+                                   :mod:`vlattn.training.checkpoint` for the files)
+    RUN_DIR/checkpoints/best/      the same, for the best validation ``selection_metric``
+    RUN_DIR/eval/                  predictions and metrics of ``vlattn eval``
+
+A resumed run continues from ``checkpoints/last`` and may change training settings (more epochs, ...)
+but not the task, the model or the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vlattn.config import Config, config_to_dict, save_config, value_at
+from vlattn.errors import ConfigError, VlattnError
+from vlattn.training.checkpoint import (
+    Checkpoint,
+    NamedVocabulary,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+    save_vocabularies,
+)
+from vlattn.training.distributed import broadcast_parameters, init_distributed, pick_device
+from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
+from vlattn.training.optim import build_optimizer
+from vlattn.training.prepare import PrepareResources, prepare_model
+from vlattn.training.schedules import Scaled, build_schedule, lr_scale
+
+# sections of a config that a resumed run must keep (``data.num_workers`` may change)
+FIXED_ON_RESUME = ("task", "model", "data")
+
+
+class StageData(Protocol):
+    """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
+    rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
+    hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
+
+    @property
+    def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
+
+    def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources: ...
+
+
+D = TypeVar("D", bound=StageData)
+
+
+@dataclass(frozen=True)
+class Stage(Generic[D]):
+    """One training stage of a task.
+
+    - ``load_data(cfg, source)``: the stage's data; ``source`` is the checkpoint the run starts from
+      (resume or ``--init``), whose vocabularies must be reused, or None for a fresh run.
+    - ``build_model(cfg, data)``: the model (randomly initialised from the seed set by the runner).
+    - ``objective(cfg, data, device)``: ``(model, batch) -> (loss, logs)``, over batches of
+      ``collate([train_set(cfg, data)[i] ...])``.
+    - ``validator(cfg, data, device)``: ``model -> metrics`` after every epoch; ``selection_metric`` names
+      the metric (higher is better) whose best value picks ``checkpoints/best``.
+    - ``schedule``, ``epochs``, ``batch_size``, ``patience``, ``adam_betas``: the config keys of the stage's
+      learning-rate schedule (a ``Spec``), number of epochs, batch size, early-stopping patience (epochs
+      without a better ``selection_metric``; 0 = never) and Adam betas (a None value: ``train.adam_betas``).
+    - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
+    - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
+      cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
+    """
+
+    name: str
+    summary: str
+    load_data: Callable[[Config, Checkpoint | None], D]
+    build_model: Callable[[Config, D], nn.Module]
+    objective: Callable[[Config, D, torch.device], Objective]
+    train_set: Callable[[Config, D], Dataset]
+    collate: Callable[[list[Any]], Batch]
+    validator: Callable[[Config, D, torch.device], Validator]
+    selection_metric: str
+    schedule: str = "train.schedule"
+    epochs: str = "train.epochs"
+    batch_size: str = "train.batch_size"
+    patience: str = "train.patience"
+    adam_betas: str = "train.adam_betas"
+    needs_init: bool = False
+    lr_scaling: bool = False
+
+
+def check_resumable(cfg: Config, saved: Config) -> None:
+    """A resumed run may change training/evaluation settings (e.g. more epochs), not the task, model or data."""
+    new, old = config_to_dict(cfg), config_to_dict(saved)
+    for section in FIXED_ON_RESUME:
+        if isinstance(new[section], dict):
+            pairs = {f"{section}.{k}": (v, old[section].get(k)) for k, v in new[section].items() if k != "num_workers"}
+        else:
+            pairs = {section: (new[section], old.get(section))}
+        for key, (value, before) in sorted(pairs.items()):
+            if value != before:
+                raise ConfigError(f"cannot resume: {key} is {value!r} but the checkpoint has {before!r}")
+
+
+def starting_point(stage: Stage, cfg: Config, run_dir: Path, *, resume: bool, init: str | Path | None) -> Checkpoint | None:
+    """The checkpoint a run starts from: the run's own last one (``resume``, with its training state), the
+    ``init`` one (weights and vocabularies only), or None for a fresh run."""
+    if resume:
+        source = load_checkpoint(run_dir / "checkpoints" / "last", with_state=True)
+        check_resumable(cfg, source.config)
+        return source
+    if (run_dir / "checkpoints").exists():
+        raise VlattnError(f"{run_dir}: run directory already has checkpoints; pass --resume to continue it or choose another --out")
+    if init is not None:
+        source = load_checkpoint(init)
+        if source.config.task != cfg.task:
+            raise ConfigError(f"--init {init}: a {source.config.task} checkpoint, but the config's task is {cfg.task!r}")
+        return source
+    if stage.needs_init:
+        raise VlattnError(f"stage {stage.name!r} starts from a trained model: pass --init CHECKPOINT (e.g. the run "
+                          "directory of the previous stage)")
+    return None
+
+
+def run_stage(
+    stage: Stage, cfg: Config, run_dir: str | Path, *, resume: bool = False, device: str = "auto",
+    init: str | Path | None = None,
+) -> dict[str, float]:
+    """Train ``stage`` of ``cfg`` in ``run_dir`` (fresh, resumed, or from ``init`` weights); returns the last
+    validation metrics."""
+    run_dir = Path(run_dir)
+    source = starting_point(stage, cfg, run_dir, resume=resume, init=init)
+    ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
+    dev = pick_device(device, ctx)
+    torch.manual_seed(cfg.train.seed)
+    data = stage.load_data(cfg, source)
+    model = stage.build_model(cfg, data)
+    prepared: list[str] = []
+    if source is not None:
+        load_weights(model, source)
+    elif ctx.is_main:
+        prepared = prepare_model(model, lambda: data.prepare_resources(model, cfg.train.seed))
+    model.to(dev)
+    broadcast_parameters(model, ctx)
+    vocabularies = dict(data.vocabularies)
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+        save_vocabularies(run_dir, vocabularies)
+
+    def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
+        save_checkpoint(run_dir / "checkpoints" / name, model, cfg, vocabularies, train_state)
+
+    train = cfg.train
+    betas = value_at(cfg, stage.adam_betas) or train.adam_betas
+    trainer = Trainer(
+        model=model,
+        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
+        schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
+                        lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
+        objective=stage.objective(cfg, data, dev),
+        dataset=stage.train_set(cfg, data),
+        collate=stage.collate,
+        validate=stage.validator(cfg, data, dev),
+        run_dir=run_dir,
+        write_checkpoint=write_checkpoint,
+        options=LoopOptions(
+            stage=stage.name,
+            epochs=value_at(cfg, stage.epochs),
+            batch_size=value_at(cfg, stage.batch_size),
+            seed=train.seed,
+            selection_metric=stage.selection_metric,
+            grad_clip=train.grad_clip,
+            log_every=train.log_every,
+            checkpoint_every=train.checkpoint_every,
+            max_steps=train.max_steps,
+            num_workers=cfg.data.num_workers,
+            patience=value_at(cfg, stage.patience),
+        ),
+        device=dev,
+        ctx=ctx,
+    )
+    summary = getattr(data, "summary", None)  # optional: sizes of the stage's data for the run log
+    if summary is not None:
+        trainer.log.write("data", 0, stage=stage.name, **summary())
+    if prepared:
+        trainer.log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
+    if resume and source is not None and source.train_state is not None:
+        trainer.restore(source.train_state)
+    return trainer.fit()
