@@ -16,15 +16,22 @@ rate = GEMM FLOPs / replay time. Bound = all counted FLOPs (attention included) 
 One thread; each round runs every (run, model) once, followed by its replay, so a round's ratio uses the
 rate measured next to it; medians over rounds. Writes "## Roofline" of benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick]
+``--json PATH`` also writes the figures (per run and model: FLOPs, rate, bound, time, ratio) as JSON.
+``--before PATH`` reads such a file from an earlier run (e.g. before an optimisation) and adds the ratio against
+the bound of *its* FLOP count at today's rate, so FLOPs an optimisation removed count in its favour.
+
+    .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +44,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from vlattn.config import load_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search
+from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
 from vlattn.models import build_captioner
 from vlattn.models.profile import random_batch
@@ -148,9 +156,17 @@ class Measured:
     times: list[float] = dataclasses.field(default_factory=list)
     replay_times: list[float] = dataclasses.field(default_factory=list)
 
-    def ratios(self) -> list[float]:
-        """Per round: time / (FLOPs / rate), rate = GEMM FLOPs / replay time."""
-        return [t * self.gemm_flops / (self.flops * r) for t, r in zip(self.times, self.replay_times)]
+    def ratios(self, flops: int | None = None) -> list[float]:
+        """Per round: time / (FLOPs / rate), rate = GEMM FLOPs / replay time; ``flops`` replaces the run's own
+        count (e.g. an earlier version's)."""
+        flops = self.flops if flops is None else flops
+        return [t * self.gemm_flops / (flops * r) for t, r in zip(self.times, self.replay_times)]
+
+    def figures(self) -> dict[str, float]:
+        """The medians this benchmark reports, for ``--json``."""
+        rate = self.gemm_flops / statistics.median(self.replay_times)
+        return {"flops": self.flops, "sdpa_flops": self.sdpa_flops, "gemm_rate": rate, "bound": self.flops / rate,
+                "time": statistics.median(self.times), "ratio": statistics.median(self.ratios())}
 
 
 def measure(run: Run, model: nn.Module) -> Measured:
@@ -198,8 +214,22 @@ def scst_reward(batch_size: int) -> Callable[[Tensor, list[int]], Tensor]:
     return reward
 
 
+def extra_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--before", type=Path, metavar="PATH",
+                        help="a --json file of an earlier run: add time / bound at its FLOP count")
+
+
+def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
+    """(run, model) -> FLOPs of an earlier ``--json`` file (empty without one)."""
+    if path is None:
+        return {}
+    return {(row["run"], row["model"]): row["flops"] for row in json.loads(path.read_text())["rows"]}
+
+
 def main() -> None:
-    args = parse_args(__doc__, repeats=5)
+    args = parse_args(__doc__, repeats=5, extra=extra_options)
+    before = earlier_flops(args.before)
     torch.set_num_threads(1)
     batch_size, steps = sized(args, 10, 2), sized(args, LENGTH, 5)
     batch: dict[str, Any] = random_batch(batch_size, REGIONS, steps, FEATURES, VOCAB)
@@ -221,13 +251,22 @@ def main() -> None:
         for key, run in runs.items():
             measured[key].times.append(seconds(run))
             measured[key].replay_times.append(seconds(measured[key].replay))
-    rows = []
+    rows, figures = [], []
     for (task, name), m in measured.items():
-        rate = m.gemm_flops / statistics.median(m.replay_times)
+        f = m.figures()
+        figures.append({"run": task, "model": name, **f})
+        earlier = before.get((task, name))
+        versus = (f" {earlier / 1e9:.1f} | **{statistics.median(m.ratios(earlier)):.2f}x** |"
+                  if earlier else " - | - |") if before else ""
         rows.append(
-            f"| {task} | {name} | {(m.flops - m.sdpa_flops) / 1e9:.1f} | {m.sdpa_flops / 1e9:.2f} | {rate / 1e9:.0f} | "
-            f"{m.flops / rate:.2f} | {statistics.median(m.times):.2f} | **{statistics.median(m.ratios()):.2f}x** |"
+            f"| {task} | {name} | {(m.flops - m.sdpa_flops) / 1e9:.1f} | {m.sdpa_flops / 1e9:.2f} | "
+            f"{f['gemm_rate'] / 1e9:.0f} | {f['bound']:.2f} | {f['time']:.2f} | **{f['ratio']:.2f}x** |{versus}"
         )
+    if args.json is not None:
+        settings = {"batch": batch_size, "steps": steps, "ran": ran, "repeats": args.repeats,
+                    "torch": torch.__version__}
+        atomic_write_text(args.json, json.dumps({"settings": settings, "rows": figures}, indent=1) + "\n")
+    extra_head = f" GFLOP of {args.before.name} | time / bound at its FLOPs |" if before else ""
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
@@ -238,8 +277,8 @@ run's own GEMM sequence (mm/addmm/bmm/baddbmm, same shapes and strides, one buff
 GEMM FLOPs / replay time, measured next to each run. Bound = all FLOPs / rate. `torch.set_num_threads(1)`, {args.repeats} rounds (every run then its replay), medians; ratio =
 median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
 
-| run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate (GFLOP/s) | bound (s) | time (s) | time / bound |
-|---|---|---|---|---|---|---|---|
+| run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate (GFLOP/s) | bound (s) | time (s) | time / bound |{extra_head}
+|---|---|---|---|---|---|---|---|{"---|---|" if before else ""}
 {chr(10).join(rows)}"""
     publish("Roofline", body, args)
 
