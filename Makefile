@@ -12,11 +12,12 @@ DEMO_VQA_RUN ?= runs/demo-vqa
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# torch==2.13.0 first: the CPU build on this machine's disk (pyproject keeps torch>=2.2).
+# One pip run: torch==2.13.0 (the CPU build on this machine's disk; pyproject keeps torch>=2.2) with the
+# package and its test extras. The venv's own pip installs editable pyproject projects, so no self-upgrade;
+# --no-compile: Python compiles only the modules that get imported, on first import, not all of torch's.
+# (Half the install's CPU time; benchmarks/RESULTS.md "Demo (make demo) and SCST on synthetic data".)
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
