@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # One pip run: torch==2.13.0 (the CPU build on this machine's disk; pyproject keeps torch>=2.2) with the
-# package and its test extras. The venv's own pip installs editable pyproject projects, so no self-upgrade;
-# --no-compile: Python compiles only the modules that get imported, on first import, not all of torch's.
-# (Half the install's CPU time; benchmarks/RESULTS.md "Demo (make demo) and SCST on synthetic data".)
+# package and its test extras (one resolver run). The venv's own pip installs editable pyproject projects, so
+# no self-upgrade. Byte-compiling stays on: with PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules
+# left uncompiled would be compiled again by every process (benchmarks/RESULTS.md "Demo time").
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[test]'
+	$(BIN)/pip install -q torch==2.13.0 -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
