@@ -127,7 +127,7 @@ class GemmRecorder(TorchDispatchMode):
 def replay_seconds(calls: list[tuple[Any, tuple, dict]]) -> float:
     """Seconds to run the recorded GEMMs alone on random operands (one buffer per spec; parameters distinct).
     The buffers are built before the clock starts and freed on return, so only one replay's operands are ever
-    held (the full-size runs do not fit in memory beside the models otherwise)."""
+    held (holding all six beside the models got a full-size run killed for memory on the shared machine)."""
     buffers: dict[TensorSpec, Tensor] = {}
 
     def build(value: Any) -> Any:
