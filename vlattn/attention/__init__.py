@@ -23,7 +23,7 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KeyValueSource, KVCache, StaticKVCache, reorder_state
 from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
@@ -104,6 +104,7 @@ __all__ = [
     "Capabilities",
     "GroupMultiHeadAttention",
     "KVCache",
+    "KeyValueSource",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
     "Site",

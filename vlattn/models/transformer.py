@@ -7,16 +7,24 @@ Generation interface (decoding code never looks inside): ``encode(inputs)`` -> :
 ``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 and ``region_mask`` (B, N) bool. With
 ``use_cache`` the state carries key/value caches (self-attention appended step by step, cross-attention
 projected once per image); without it, ``step`` re-runs the decoder over the whole prefix.
+
+The encoded memories and the cross-attention caches stay at one row per image for the whole search; only the
+self-attention caches have one row per decoding row (R = B g: g beams or samples per image, grouped image by
+image). ``reorder(state, index)`` therefore requires ``index`` to keep every row with its image (what beam search
+and sampling do: expanding each image to g rows, choosing among an image's own beams) and gathers only the
+self-attention caches, one gather per layer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import dataclasses
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
-from vlattn.attention import AttentionDims, Site, build_attention, check_placement, reorder_state
+from vlattn.attention import AttentionDims, Site, build_attention, check_placement
 from vlattn.config import ModelConfig, parse_options
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
@@ -28,11 +36,18 @@ ModelInputs = Mapping[str, Tensor]
 
 @dataclass
 class TransformerState:
-    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`) and, when caching, one
-    :class:`~vlattn.models.decoder.LayerCache` per decoder layer (extended in place by ``step``)."""
+    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`, B images) and, when caching, one
+    :class:`~vlattn.models.decoder.LayerCache` per decoder layer (extended in place by ``step``); ``group`` g,
+    the decoding rows per image (``step`` takes B g rows, grouped image by image)."""
 
     memories: dict[str, Memory]
     cache: list[LayerCache] | None = None
+    group: int = 1
+
+    @property
+    def images(self) -> int:
+        """B, the number of images."""
+        return next(iter(self.memories.values())).mask.shape[0]
 
 
 class TransformerCaptioner(nn.Module):
@@ -78,8 +93,20 @@ class TransformerCaptioner(nn.Module):
         return self.decoder.output(hidden[:, -1]).log_softmax(dim=-1), state
 
     def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
-        """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
-        return reorder_state(state, index)
+        """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
+        which must belong to the same image (image of row r = r // g'). Only the self-attention caches are
+        gathered; memories and cross-attention caches stay once per image."""
+        images = state.images
+        if index.shape[0] % images:
+            raise ValueError(f"reorder: {index.shape[0]} rows do not split evenly over {images} images")
+        group = index.shape[0] // images
+        expected = torch.arange(images, device=index.device).repeat_interleave(group)  # (B g',) image of each row
+        if not torch.equal(index.div(state.group, rounding_mode="floor"), expected):
+            raise ValueError("reorder: every row must continue a row of its own image (images are never permuted)")
+        cache = None if state.cache is None else [
+            dataclasses.replace(layer, self_attention=layer.self_attention.reorder(index)) for layer in state.cache
+        ]
+        return TransformerState(state.memories, cache, group)
 
     def backbone_layers(self) -> list[nn.Module]:
         """The encoder and decoder layers: what the LW-Transformer paper counts (no embeddings, input
