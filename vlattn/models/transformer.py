@@ -114,11 +114,17 @@ class TransformerCaptioner(nn.Module):
         return [*self.encoder.layers, *self.decoder.layers]
 
 
+def first_set(*values: float | None) -> float:
+    """The first value that is not None (a config key, then the kind's default, then the model-wide value)."""
+    return next(value for value in values if value is not None)
+
+
 @dataclass
 class Parts:
     """Builds the parts of a Transformer-family model from ``cfg``: each site's attention (validated against
     the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms.
-    ``attention_dropout``: dropout on the attention weights (default ``cfg.dropout``)."""
+    ``attention_dropout``: the kind's default dropout on the attention weights when ``cfg.attention_dropout`` is
+    None (None here: ``cfg.dropout``)."""
 
     cfg: ModelConfig
     use_cache: bool = True
@@ -129,7 +135,7 @@ class Parts:
         """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``."""
         spec, cfg = getattr(self.cfg, site_key), self.cfg
         where = f"model.{site_key}"
-        dropout = cfg.dropout if self.attention_dropout is None else self.attention_dropout
+        dropout = first_set(cfg.attention_dropout, self.attention_dropout, cfg.dropout)
         dims = AttentionDims(cfg.d_model, cfg.num_heads, dropout, query_dim, key_dim)
         check_placement(spec.name, dims, site=site, where=where, has_geometry=has_geometry, cached=cached)
         return build_attention(
@@ -172,7 +178,7 @@ class TransformerOptions:
 def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerCaptioner:
     """The Transformer captioner described by ``cfg``."""
     parse_options(TransformerOptions, cfg.options, "model.options")
-    parts = Parts(cfg)
+    parts = Parts(cfg, attention_dropout=0.0)  # Vaswani et al. Sec. 5.4: residual and embedding dropout only
     return encoder_decoder(parts, vocab_size, pad_id, parts.cross_site)
 
 
@@ -183,8 +189,9 @@ def encoder_decoder(
     """Encoder and decoder stacks of ``parts.cfg`` with the cross-attention site of decoder layer i from
     ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2).
 
-    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: dropout on the
-    summed word and position embeddings (default ``cfg.dropout``); ``released_padding``: the released M2
+    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: the kind's default
+    dropout on the summed word and position embeddings when ``cfg.embedding_dropout`` is None (None here:
+    ``cfg.dropout``); ``released_padding``: the released M2
     code's padding rules — regions zero-padded to this many and masked from activations, decoder pad tokens
     masked (see :class:`~vlattn.models.encoder.TransformerEncoder` and
     :class:`~vlattn.models.decoder.TransformerDecoder`); None = the region mask.
@@ -202,6 +209,6 @@ def encoder_decoder(
     if cfg.tie_embeddings:
         output.weight = embed.weight
     positions = positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions)
-    dropout = cfg.dropout if embed_dropout is None else embed_dropout
+    dropout = first_set(cfg.embedding_dropout, embed_dropout, cfg.dropout)
     decoder = TransformerDecoder(embed, positions, layers, output, dropout, None if released_padding is None else pad_id)
     return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
