@@ -166,6 +166,9 @@ class TrainConfig:
     # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
     # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
     scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
+    # GPU options (vlattn/precision.py): autocast dtype of training steps and validation, torch.compile of the layers
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compile: bool = False
 
     def check(self, where: str) -> None:
         for key in ("adam_betas", "scst_adam_betas"):
@@ -187,6 +190,9 @@ class EvalConfig:
     batch_size: int = bounded(50, ge=1)
     cider_df_mode: Literal["image", "caption"] = "image"
     reward_include_eos: bool = False
+    # GPU options (vlattn/precision.py) of vlattn eval / caption decoding
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compile: bool = False
 
 
 @dataclass

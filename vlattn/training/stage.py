@@ -35,6 +35,7 @@ from torch.utils.data import Dataset
 
 from vlattn.config import Config, config_to_dict, save_config, value_at
 from vlattn.errors import ConfigError, VlattnError
+from vlattn.precision import compile_layers
 from vlattn.training.checkpoint import (
     Checkpoint,
     NamedVocabulary,
@@ -158,6 +159,8 @@ def run_stage(
         prepared = prepare_model(model, lambda: data.prepare_resources(model, cfg.train.seed))
     model.to(dev)
     broadcast_parameters(model, ctx)
+    if cfg.train.compile:
+        compile_layers(model)
     vocabularies = dict(data.vocabularies)
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +195,7 @@ def run_stage(
             max_steps=train.max_steps,
             num_workers=cfg.data.num_workers,
             patience=value_at(cfg, stage.patience),
+            precision=train.precision,
         ),
         device=dev,
         ctx=ctx,
