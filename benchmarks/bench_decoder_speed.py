@@ -151,10 +151,14 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from results import parse_args, publish
 
-    def extra(parser) -> None:
-        parser.add_argument("--baseline", default="main", metavar="REV", help="git revision of the 'before' side")
-
-    args = parse_args(__doc__, repeats=5, extra=extra)
+    command = list(sys.argv)
+    baseline = "main"  # --baseline REV: the git revision of the 'before' side (taken out before the common options)
+    if "--baseline" in sys.argv:
+        at = sys.argv.index("--baseline")
+        baseline = sys.argv[at + 1]
+        del sys.argv[at : at + 2]
+    args = parse_args(__doc__, repeats=5)
+    args.baseline, sys.argv = baseline, command
     revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline], check=True,
                               capture_output=True, text=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True, capture_output=True,

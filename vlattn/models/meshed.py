@@ -14,8 +14,7 @@ The site plugs into :class:`~vlattn.models.decoder.TransformerDecoder` as its cr
 cache is one :class:`~vlattn.attention.cache.StaticKVCache` per level, so the keys/values of every level are
 projected once per image and kept once per image (an image's beams attend as one block of queries). W_q Y is
 shared by every level (Eq. 7): mechanisms with ``attend_each`` (the multi-head family) project the queries once
-for all levels, and the gates' W_i [Y; C_i] is computed as W_i^Y Y for all levels in one product plus W_i^C C_i
-in one batched product (the same parameters W_i, b_i).
+for all levels and apply the output projection to all levels in one product.
 
 Residual placement (``residual``, a key of :data:`RESIDUALS`):
 
@@ -110,13 +109,9 @@ class MeshedCrossAttention(nn.Module):
 
     def gates(self, x: Tensor, attended: Tensor) -> Tensor:
         """alpha_i of Eq. 8: (N, R, T, d) from the queries ``x`` (R, T, d) and ``attended`` (N, R, T, d)."""
-        d = x.shape[-1]
-        weights = torch.stack([proj.weight for proj in self.gate_proj])  # (N, d, 2d): W_i = [W_i^Y, W_i^C]
-        biases = torch.stack([proj.bias for proj in self.gate_proj])  # (N, d)
-        from_queries = (x @ weights[..., :d].flatten(0, 1).T).unflatten(-1, (len(self.levels), d))  # (R, T, N, d)
-        levels = attended.flatten(1, 2)  # (N, R T, d)
-        logits = torch.baddbmm(biases[:, None], levels, weights[..., d:].transpose(1, 2))  # (N, R T, d)
-        logits = logits.unflatten(1, x.shape[:2]) + from_queries.movedim(2, 0)  # (N, R, T, d)
+        logits = torch.stack(
+            [proj(torch.cat([x, level], dim=-1)) for proj, level in zip(self.gate_proj, attended, strict=True)]
+        )  # (N, R, T, d)
         return GATES[self.gating](logits)
 
     def mesh(self, x: Tensor, attended: Tensor) -> Tensor:
