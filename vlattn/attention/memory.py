@@ -32,12 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
-from vlattn.attention.base import AttentionContext, AttentionDims
+from vlattn.attention.base import AttentionDims
 from vlattn.attention.cache import KeyValueSource, Projector
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.config import bounded
@@ -130,21 +130,10 @@ class MemoryAugmentedAttention(MultiHeadAttention):
         return MemorySlots(cache, *self.memory())
 
     def attend(
-        self,
-        q: Tensor,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        cache: KeyValueSource | None = None,
-        context: AttentionContext | None = None,
-        need_weights: bool = False,
+        self, q: Tensor, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+        bias: Tensor | None = None, **rest: Any,
     ) -> tuple[Tensor, Tensor | None]:
         """As :meth:`MultiHeadAttention.attend`; ``mask``/``bias`` cover the Nk input keys only and are extended
         with attend (True) / 0 for the memory slots (weights: (B, H, Nq, Nk + m))."""
         mask, bias = extend_columns(mask, self.slots, True), extend_columns(bias, self.slots, 0.0)  # (..., Nk + m)
-        return super().attend(
-            q, query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
-        )
+        return super().attend(q, query, key, value, mask=mask, bias=bias, **rest)

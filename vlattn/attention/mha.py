@@ -141,16 +141,8 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(torch.stack(merged))  # (S, B, Nq, D)
 
     def attend(
-        self,
-        q: Tensor,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        cache: KeyValueSource | None = None,
-        context: AttentionContext | None = None,
+        self, q: Tensor, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+        bias: Tensor | None = None, cache: KeyValueSource | None = None, context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """The attended values of the projected queries ``q`` (B, H, Nq, d_k), heads merged (B, Nq, H d_v), before
