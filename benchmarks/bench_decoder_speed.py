@@ -121,7 +121,10 @@ class Side:
     def time(self, key: str) -> float:
         self.process.stdin.write(key + "\n")
         self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+        line = self.process.stdout.readline()
+        if not line:  # e.g. killed by the kernel's out-of-memory killer (each worker holds two models + Adam)
+            raise SystemExit(f"the worker on {self.process.args[3]} ended (exit status {self.process.wait()}) during {key!r}")
+        return float(line)
 
     def close(self) -> None:
         self.process.stdin.close()
