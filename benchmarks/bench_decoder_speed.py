@@ -15,7 +15,8 @@ M2 of configs/m2.yaml, each side with its own tree's presets and defaults — an
 One torch thread per worker; every round runs each (run, model) on both sides in alternating order; medians and
 the median of the per-round before/after ratios. The beam searches' tokens and scores of both sides are compared.
 
-    .venv/bin/python benchmarks/bench_decoder_speed.py [--baseline REV] [--repeats 5] [--no-write] [--quick]
+    .venv/bin/python benchmarks/bench_decoder_speed.py [--baseline REV] [--only "beam search"] [--repeats 5]
+        [--no-write] [--quick]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ MODELS = ("Transformer", "M2")
 # --- the worker: runs on one tree's vlattn ------------------------------------------------------------------------
 
 
-def worker(root: Path, quick: bool) -> None:
+def worker(root: Path, quick: bool, only: str | None) -> None:
     """Build the models and runs, then answer ``run|model`` lines with the seconds taken (and beams' outputs)."""
     import torch
 
@@ -93,6 +94,7 @@ def worker(root: Path, quick: bool) -> None:
         runs[f"beam search|{name}"] = beam
         for run, objective in objectives.items():
             runs[f"{run}|{name}"] = lambda train=train, objective=objective: train(objective)
+    runs = {key: run for key, run in runs.items() if only is None or key.startswith(only)}
     outputs = {key: runs[key]() for key in runs if key.startswith("beam")}  # before any update; also a warm-up
     for key, run in runs.items():
         if not key.startswith("beam"):
@@ -111,9 +113,10 @@ def worker(root: Path, quick: bool) -> None:
 class Side:
     """A worker process on the tree at ``root``."""
 
-    def __init__(self, root: Path, quick: bool) -> None:
+    def __init__(self, root: Path, quick: bool, only: str | None) -> None:
         env = {**os.environ, "PYTHONPATH": str(root)}
-        command = [sys.executable, __file__, "--worker", str(root), *(["--quick"] if quick else [])]
+        command = [sys.executable, __file__, "--worker", str(root), *(["--quick"] if quick else []),
+                   *(["--only", only] if only else [])]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                         cwd=str(root))
         self.beams = json.loads(self.process.stdout.readline())
@@ -155,21 +158,25 @@ def main() -> None:
     from results import parse_args, publish
 
     command = list(sys.argv)
-    baseline = "main"  # --baseline REV: the git revision of the 'before' side (taken out before the common options)
-    if "--baseline" in sys.argv:
-        at = sys.argv.index("--baseline")
-        baseline = sys.argv[at + 1]
-        del sys.argv[at : at + 2]
+    # --baseline REV (the git revision of the 'before' side, default main) and --only RUN (one run, e.g. "beam
+    # search") are taken out before the common options
+    own = {"--baseline": "main", "--only": None}
+    for option in own:
+        if option in sys.argv:
+            at = sys.argv.index(option)
+            own[option] = sys.argv[at + 1]
+            del sys.argv[at : at + 2]
     args = parse_args(__doc__, repeats=5)
-    args.baseline, sys.argv = baseline, command
+    (args.baseline, args.only), sys.argv = own.values(), command
     revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline], check=True,
                               capture_output=True, text=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        sides = {"before": Side(extract(args.baseline, Path(tmp)), args.quick), "after": Side(REPO, args.quick)}
+        sides = {"before": Side(extract(args.baseline, Path(tmp)), args.quick, args.only),
+                 "after": Side(REPO, args.quick, args.only)}
         times: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
-        keys = [f"{run}|{model}" for run in RUNS for model in MODELS]
+        keys = [f"{run}|{model}" for run in RUNS for model in MODELS if args.only in (None, run)]
         for round_ in range(args.repeats):
             for i, key in enumerate(keys):
                 order = ("before", "after") if (round_ + i) % 2 == 0 else ("after", "before")
@@ -202,6 +209,6 @@ Beam search before vs after (same seeded weights): {beams}."""
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(Path(sys.argv[2]), "--quick" in sys.argv)
+        worker(Path(sys.argv[2]), "--quick" in sys.argv, sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None)
     else:
         main()
