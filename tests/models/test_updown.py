@@ -92,6 +92,22 @@ def test_box_input_and_tied_output() -> None:
 
 
 @pytest.mark.parametrize(
+    ("variant", "overrides", "attention", "words"),
+    [
+        ("paper", {}, 0.0, None),  # the paper and the Caffe code: no dropout on the weights or the words
+        ("self_critical", {}, 0.0, 0.1),  # self-critical.pytorch: model.dropout after the word embedding
+        ("paper", {"attention_dropout": 0.3, "embedding_dropout": 0.2}, 0.3, 0.2),
+        ("self_critical", {"embedding_dropout": 0.0}, 0.0, 0.0),
+    ],
+)
+def test_attention_and_embedding_dropout_options(variant, overrides, attention, words) -> None:
+    model = updown(dropout=0.1, options={"variant": variant, "embed_dim": 10, "attention_dim": 8}, **overrides)
+    assert model.attention.dropout == attention
+    word_dropouts = [m.p for m in model.word_input.modules() if isinstance(m, nn.Dropout)]
+    assert word_dropouts == ([] if words is None else [words])
+
+
+@pytest.mark.parametrize(
     ("model", "message"),
     [
         ({"decoder_cross_attention": {"name": "mha"}},

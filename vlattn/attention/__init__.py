@@ -23,7 +23,7 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KeyValueSource, KVCache, StaticKVCache, reorder_state
 from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.gsa import GeometryAwareSelfAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
@@ -115,6 +115,7 @@ __all__ = [
     "GeometryAwareSelfAttention",
     "GroupMultiHeadAttention",
     "KVCache",
+    "KeyValueSource",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
     "NormalizedGeometryAwareSelfAttention",

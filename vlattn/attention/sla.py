@@ -57,7 +57,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.additive import attend_values
 from vlattn.attention.base import AttentionContext, AttentionDims, Capabilities, Site
-from vlattn.attention.cache import KVCache, fetch_projections
+from vlattn.attention.cache import KeyValueSource, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
 from vlattn.attention.stacked import AttentionUnit, StackTrace, UnitStack
 from vlattn.config import bounded
@@ -264,7 +264,7 @@ class StackedLatentAttention(UnitStack):
 
     def trace(
         self, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
-        cache: KVCache | None = None, context: AttentionContext | None = None,
+        cache: KeyValueSource | None = None, context: AttentionContext | None = None,
     ) -> StackTrace:
         """Run the positional bias and the stack; see :class:`~vlattn.attention.stacked.StackTrace`."""
         keys, values = fetch_projections(cache, lambda: self.project_key_value(key, value))  # (B,T,Nk,m), (B,Nk,Dk)

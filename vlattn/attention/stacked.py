@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.additive import attend_values
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache, fetch_projections
+from vlattn.attention.cache import KeyValueSource, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
 from vlattn.config import bounded
 
@@ -90,7 +90,7 @@ class UnitStack(nn.Module):
 
     def trace(
         self, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
-        cache: KVCache | None = None, context: AttentionContext | None = None,
+        cache: KeyValueSource | None = None, context: AttentionContext | None = None,
     ) -> StackTrace:
         raise NotImplementedError
 
@@ -102,7 +102,7 @@ class UnitStack(nn.Module):
         *,
         mask: Tensor | None = None,
         bias: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KeyValueSource | None = None,
         context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
@@ -142,7 +142,7 @@ class StackedAttention(UnitStack):
 
     def trace(
         self, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
-        cache: KVCache | None = None, context: AttentionContext | None = None,
+        cache: KeyValueSource | None = None, context: AttentionContext | None = None,
     ) -> StackTrace:
         """Run the stack; see :class:`StackTrace` (``context`` is not used)."""
         keys, values = fetch_projections(cache, lambda: self.project_key_value(key, value))  # (B,T,Nk,m), (B,Nk,Dk)

@@ -13,7 +13,9 @@ The top-down site takes any registered mechanism that accepts queries of another
 (``additive`` by default, ``stacked``, ``sla``); the language LSTM reads the mechanism's ``out_dim``, so one that
 returns several attended vectors side by side (CATT's in-sample and cross-sample outputs) plugs in unchanged.
 The site's context carries the regions' boxes (SLA's positional bias). There is no dropout on attention weights
-(neither the paper nor the released codes have it).
+by default (neither the paper nor the released codes have it; ``model.attention_dropout`` adds it).
+``model.embedding_dropout`` sets the dropout after the word embedding (default: none for ``paper``,
+``model.dropout`` for ``self_critical``).
 
 Sizes: ``model.d_model`` is the LSTM size M (1,000 in the paper, 1024 by default here), ``options.embed_dim``
 the word embedding E (1,000 in the paper), ``options.attention_dim`` the attention's hidden size H (512).
@@ -39,7 +41,11 @@ and padding; the initialisation is torch's default (Caffe: Gaussian std 0.01, fo
 Decoding (``encode``/``step``/``reorder``): with ``use_cache`` the state carries the LSTM states after the
 tokens consumed so far and the attention's compute-once cache of per-image projections (W_va v for additive
 attention, every unit's W_v v for SLA), so one step costs one cell; without it, ``step`` re-runs the
-recurrence over the whole prefix. Beam search, sampling and SCST drive it as any captioner.
+recurrence over the whole prefix. Beam search, sampling and SCST drive it as any captioner. As in the
+Transformer family (docs/architecture.md), the regions and the attention's cache stay at one row per image for
+the whole search; only the LSTM states have one row per decoding row (g beams or samples per image, grouped image
+by image), the top-down site attends an image's g queries as one block, and ``reorder`` keeps every row with its
+image and gathers only the LSTM states.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.layers.pooling import masked_mean
+from vlattn.models.decoder import per_image, regroup
+from vlattn.models.transformer import first_set
 
 ModelInputs = Mapping[str, Tensor]
 TOP_DOWN_SITE = "decoder_cross_attention"
@@ -101,7 +109,8 @@ class LSTMStates:
 
 @dataclass
 class UpDownCache:
-    """The recurrence after ``steps`` tokens and the top-down attention's compute-once cache."""
+    """The recurrence after ``steps`` tokens (one row per decoding row) and the top-down attention's
+    compute-once cache (one row per image)."""
 
     lstm: LSTMStates
     attention: StaticKVCache
@@ -110,10 +119,12 @@ class UpDownCache:
 
 @dataclass
 class UpDownState:
-    """Decoding state: the prepared ``regions`` and, when caching, the :class:`UpDownCache`."""
+    """Decoding state: the prepared ``regions`` (B images) and, when caching, the :class:`UpDownCache`;
+    ``group`` g, the decoding rows per image (``step`` takes B g rows, grouped image by image)."""
 
     regions: Regions
     cache: UpDownCache | None = None
+    group: int = 1
 
 
 class UpDownCaptioner(nn.Module):
@@ -152,28 +163,31 @@ class UpDownCaptioner(nn.Module):
         pooled = self.pooled_input(masked_mean(features, mask))  # (B, Dp)
         return Regions(self.region_input(features), mask, pooled, BoxGeometry(boxes, mask))
 
-    def initial_states(self, regions: Regions) -> LSTMStates:
-        """Zero states of both LSTMs."""
-        zeros = regions.pooled.new_zeros(regions.pooled.shape[0], self.attention_lstm.hidden_size)  # (B, M)
+    def initial_states(self, regions: Regions, rows: int) -> LSTMStates:
+        """Zero states of both LSTMs for ``rows`` decoding rows."""
+        zeros = regions.pooled.new_zeros(rows, self.attention_lstm.hidden_size)  # (R, M)
         return LSTMStates((zeros, zeros), (zeros, zeros))
 
     def cell(
         self, words: Tensor, states: LSTMStates, regions: Regions, cache: StaticKVCache | None
     ) -> tuple[Tensor, LSTMStates]:
-        """One time step for the input ``words`` (B,): h^2_t (B, M) and the new states."""
-        embedded = self.word_input(self.embed(words))  # (B, E)
-        h1, c1 = self.attention_lstm(torch.cat([states.language[0], regions.pooled, embedded], dim=-1), states.attention)
+        """One time step for the input ``words`` (R,) of R = B g decoding rows (grouped image by image, B the
+        images of ``regions``): h^2_t (R, M) and the new states."""
+        images = regions.pooled.shape[0]
+        embedded = self.word_input(self.embed(words))  # (R, E)
+        pooled = regions.pooled.repeat_interleave(words.shape[0] // images, dim=0)  # (R, Dp)
+        h1, c1 = self.attention_lstm(torch.cat([states.language[0], pooled, embedded], dim=-1), states.attention)
         context = AttentionContext(Site.CROSS, geometry=regions.geometry)
         attended = self.attention(
-            h1[:, None], regions.features, regions.features, mask=regions.mask[:, None, None, :], cache=cache,
-            context=context,
-        ).out[:, 0]  # (B, out_dim)
-        h2, c2 = self.language_lstm(torch.cat([attended, h1], dim=-1), states.language)
+            per_image(h1[:, None], images), regions.features, regions.features, mask=regions.mask[:, None, None, :],
+            cache=cache, context=context,
+        ).out  # (B, g, out_dim): an image's rows as one block of queries
+        h2, c2 = self.language_lstm(torch.cat([attended.reshape(h1.shape[0], -1), h1], dim=-1), states.language)
         return h2, LSTMStates((h1, c1), (h2, c2))
 
     def run(self, tokens: Tensor, regions: Regions, cache: StaticKVCache | None) -> Tensor:
-        """h^2 (B, T, M) for the input ``tokens`` (B, T) from the zero state."""
-        states, hidden = self.initial_states(regions), []
+        """h^2 (R, T, M) for the input ``tokens`` (R, T) (R = B g rows) from the zero state."""
+        states, hidden = self.initial_states(regions, tokens.shape[0]), []
         for t in range(tokens.shape[1]):
             h2, states = self.cell(tokens[:, t], states, regions, cache)
             hidden.append(h2)
@@ -187,10 +201,12 @@ class UpDownCaptioner(nn.Module):
         """State for decoding (with a cache unless ``use_cache`` is False, default ``self.use_cache``)."""
         regions = self.read_regions(inputs)
         caching = self.use_cache if use_cache is None else use_cache
-        return UpDownState(regions, UpDownCache(self.initial_states(regions), StaticKVCache()) if caching else None)
+        rows = regions.pooled.shape[0]
+        return UpDownState(regions, UpDownCache(self.initial_states(regions, rows), StaticKVCache()) if caching else None)
 
     def step(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
-        """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), and the new state."""
+        """Log-probabilities (R, V) of the next token after ``tokens`` (R, t) (BOS first; R = B g rows), and the
+        new state."""
         cache = state.cache
         if cache is None:
             hidden = self.run(tokens, state.regions, None)[:, -1]  # (B, M)
@@ -200,11 +216,17 @@ class UpDownCaptioner(nn.Module):
                              f"got {tokens.shape[1]}")
         hidden, lstm = self.cell(tokens[:, -1], cache.lstm, state.regions, cache.attention)
         log_probs = self.output(self.dropout(hidden)).log_softmax(dim=-1)
-        return log_probs, UpDownState(state.regions, UpDownCache(lstm, cache.attention, cache.steps + 1))
+        return log_probs, UpDownState(state.regions, UpDownCache(lstm, cache.attention, cache.steps + 1), state.group)
 
     def reorder(self, state: UpDownState, index: Tensor) -> UpDownState:
-        """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
-        return reorder_state(state, index)
+        """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
+        which must belong to the same image. Only the LSTM states are gathered; the regions and the attention's
+        cache stay once per image."""
+        group = regroup(index, state.regions.pooled.shape[0], state.group)
+        cache = state.cache
+        if cache is not None:
+            cache = UpDownCache(reorder_state(cache.lstm, index), cache.attention, cache.steps)
+        return UpDownState(state.regions, cache, group)
 
 
 def embedding_layer(input_dim: int, output_dim: int, dropout: float) -> nn.Sequential:
@@ -223,15 +245,18 @@ class VariantParts:
     pooled_dim: int
 
 
-def paper_parts(feature_dim: int, hidden: int, dropout: float) -> VariantParts:
-    """Raw features and their mean (Eq. 2-6; the released Caffe code)."""
-    return VariantParts(nn.Identity(), nn.Identity(), nn.Identity(), feature_dim, feature_dim)
+def paper_parts(feature_dim: int, hidden: int, dropout: float, embed_dropout: float | None) -> VariantParts:
+    """Raw features and their mean (Eq. 2-6; the released Caffe code); the embedded words as they are unless
+    ``embed_dropout`` is set."""
+    word_input = nn.Identity() if not embed_dropout else nn.Dropout(embed_dropout)
+    return VariantParts(word_input, nn.Identity(), nn.Identity(), feature_dim, feature_dim)
 
 
-def self_critical_parts(feature_dim: int, hidden: int, dropout: float) -> VariantParts:
-    """self-critical.pytorch: ReLU + dropout after the word embedding, embedded regions and pooled feature."""
+def self_critical_parts(feature_dim: int, hidden: int, dropout: float, embed_dropout: float | None) -> VariantParts:
+    """self-critical.pytorch: ReLU + dropout after the word embedding (``embed_dropout``, default ``dropout``),
+    embedded regions and pooled feature."""
     return VariantParts(
-        nn.Sequential(nn.ReLU(), nn.Dropout(dropout)),
+        nn.Sequential(nn.ReLU(), nn.Dropout(first_set(embed_dropout, dropout))),
         embedding_layer(feature_dim, hidden, dropout),  # att_embed
         embedding_layer(feature_dim, hidden, dropout),  # fc_embed
         hidden,
@@ -239,7 +264,7 @@ def self_critical_parts(feature_dim: int, hidden: int, dropout: float) -> Varian
     )
 
 
-VARIANTS: dict[str, Callable[[int, int, float], VariantParts]] = {
+VARIANTS: dict[str, Callable[[int, int, float, float | None], VariantParts]] = {
     "paper": paper_parts,
     "self_critical": self_critical_parts,
 }
@@ -255,11 +280,11 @@ def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key
             f"{where}: the Up-Down top-down site needs a mechanism that takes queries of another size than its keys "
             f"(e.g. additive, stacked, sla); {spec.name!r} does not"
         )
-    dims = AttentionDims(attention_dim, cfg.num_heads, 0.0, query_dim, key_dim)
+    dims = AttentionDims(attention_dim, cfg.num_heads, first_set(cfg.attention_dropout, 0.0), query_dim, key_dim)
     check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True)
     return build_attention(
-        spec.name, d_model=attention_dim, num_heads=cfg.num_heads, query_dim=query_dim, key_dim=key_dim,
-        options=spec.options, where=where,
+        spec.name, d_model=attention_dim, num_heads=cfg.num_heads, dropout=dims.dropout, query_dim=query_dim,
+        key_dim=key_dim, options=spec.options, where=where,
     )
 
 
@@ -275,7 +300,7 @@ def build_updown(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> UpDownCa
             f"(model.options.embed_dim = {options.embed_dim}) must have one size"
         )
     feature_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
-    parts = VARIANTS[options.variant](feature_dim, hidden, cfg.dropout)
+    parts = VARIANTS[options.variant](feature_dim, hidden, cfg.dropout, cfg.embedding_dropout)
     embed = nn.Embedding(vocab_size, options.embed_dim, padding_idx=pad_id)
     attention_lstm = nn.LSTMCell(hidden + parts.pooled_dim + options.embed_dim, hidden)
     attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim)
