@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_captioner, tiny_inputs
+from tests.models.conftest import tiny_captioner, tiny_inputs
 
 from vlattn.config import config_from_dict, config_to_dict, load_config
 from vlattn.errors import ConfigError
