@@ -34,6 +34,15 @@ CAPTIONER_SITES = {
 }
 
 
+# mechanism -> the options the batteries build it with (small dictionaries); at Transformer sites the output must
+# have the model's width
+MECHANISM_OPTIONS: dict[str, dict[str, Any]] = {
+    "catt": {"dictionary": {"size": 5}},
+    "catt_additive": {"dictionary": {"size": 5}},
+}
+SITE_OPTIONS: dict[str, dict[str, Any]] = {name: {**options, "fusion": "concat_linear"} for name, options in MECHANISM_OPTIONS.items()}
+
+
 def placements() -> list[tuple[str, Site]]:
     """Every (mechanism, site kind) that the mechanism's capabilities allow."""
     return [
@@ -55,7 +64,8 @@ def build_mechanism(name: str, site: Site, *, dropout: float = 0.0, seed: int = 
     query_dim = Q_DIM if caps.query_dim_differs and site is Site.CROSS else None
     torch.manual_seed(seed)
     module = build_attention(
-        name, d_model=D, num_heads=H if caps.heads else 1, dropout=dropout, query_dim=query_dim, options=options
+        name, d_model=D, num_heads=H if caps.heads else 1, dropout=dropout, query_dim=query_dim,
+        options={**MECHANISM_OPTIONS.get(name, {}), **options},
     )
     return module.eval()
 
@@ -144,6 +154,7 @@ class ModelCase:
     @property
     def id(self) -> str:
         placed = ",".join(f"{site.split('_')[0]}_{site.split('_')[1]}={name}" for site, name in self.sites.items())
+        placed += ",".join(f"{key}={value}" for key, value in self.overrides.items())
         return f"{self.kind}[{placed}]" if placed else self.kind
 
     def config(self) -> ModelConfig:
@@ -158,6 +169,17 @@ class ModelCase:
 KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {},
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
+    "catt": {"options": {"image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
+}
+
+
+# kind -> further configurations the battery runs (variants that change the layer structure)
+CATT_OPTIONS = KIND_DEFAULTS["catt"]["options"]
+KIND_VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "catt": [
+        {"options": {**CATT_OPTIONS, "share": False}},
+        {"options": {**CATT_OPTIONS, "fusion": "concat_linear"}, "tie_embeddings": True, "box_input": True},
+    ],
 }
 
 
@@ -169,15 +191,17 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
         dropout=0.0, max_positions=32, **KIND_DEFAULTS.get(kind, {}),
     )
     for site, name in (sites or {}).items():
-        fields[site] = Spec(name)
+        fields[site] = Spec(name, SITE_OPTIONS.get(name, {}))
     fields.update(overrides)
     return ModelConfig(**fields)
 
 
 def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults, and the Transformer with every mechanism at every captioner site
+    """Every captioning model kind with its defaults and its variants, and the Transformer with every mechanism at every captioner site
     that mechanism allows."""
-    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
+    kinds = [kind for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
+    cases = [ModelCase(kind) for kind in kinds]
+    cases += [ModelCase(kind, overrides=variant) for kind in kinds for variant in KIND_VARIANTS.get(kind, [])]
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":

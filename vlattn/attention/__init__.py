@@ -21,7 +21,8 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KVCache, SharedKVCache, StaticKVCache, reorder_state
+from vlattn.attention.catt import AdditiveCausalAttention, CausalAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.config import lookup, parse_options
@@ -31,6 +32,8 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "mha": MultiHeadAttention,
     "memory": MemoryAugmentedAttention,
     "additive": AdditiveAttention,
+    "catt": CausalAttention,
+    "catt_additive": AdditiveCausalAttention,
 }
 
 
@@ -90,13 +93,16 @@ def build_attention(
 __all__ = [
     "ATTENTION",
     "AdditiveAttention",
+    "AdditiveCausalAttention",
     "AttentionContext",
     "AttentionDims",
     "AttentionOutput",
     "Capabilities",
+    "CausalAttention",
     "KVCache",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
+    "SharedKVCache",
     "Site",
     "StaticKVCache",
     "attention_class",

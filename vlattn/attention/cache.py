@@ -6,6 +6,7 @@ A cache holds the *projected* keys and values of one attention site, laid out (B
   so step t costs O(t) instead of re-running the whole prefix.
 - :class:`StaticKVCache` (decoder cross-attention): the image's keys/values are projected on first use
   and reused at every later step (the M2 anchor re-projects them at every step).
+- :class:`SharedKVCache`: compute-once keys/values shared by every row (a global dictionary, batch of one).
 
 Caches live in the decoding state returned by a model's ``encode``; :func:`reorder_state` index-selects
 every tensor of that state (and of the caches in it) to follow beams.
@@ -57,6 +58,14 @@ class StaticKVCache(KVCache):
         if self.key is None:
             self.key, self.value = project()
         return self.key, self.value
+
+
+class SharedKVCache(StaticKVCache):
+    """Compute-once cache over keys/values that every row shares (CATT's global dictionary): projected from a batch
+    of one, (1, H, K, d_k), broadcast by attention to any batch; reordering rows leaves it as it is."""
+
+    def reorder(self, index: Tensor) -> SharedKVCache:
+        return self
 
 
 def reorder_state(state: Any, index: Tensor) -> Any:

@@ -17,6 +17,7 @@ from torch import nn
 
 from vlattn.config import ModelConfig, lookup
 from vlattn.errors import ConfigError
+from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
@@ -43,6 +44,7 @@ class ModelKind:
 MODELS: dict[str, ModelKind] = {
     "transformer": ModelKind("captioning", build_transformer),
     "m2": ModelKind("captioning", build_m2),
+    "catt": ModelKind("captioning", build_catt),
 }
 
 
@@ -71,6 +73,7 @@ def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> None:
 
 __all__ = [
     "MODELS",
+    "CattCaptioner",
     "ModelKind",
     "CrossAttentionSite",
     "DecoderLayer",
@@ -85,6 +88,7 @@ __all__ = [
     "TransformerEncoder",
     "TransformerState",
     "build_captioner",
+    "build_catt",
     "build_m2",
     "build_transformer",
     "check_model_config",

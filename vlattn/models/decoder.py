@@ -90,11 +90,16 @@ class DecoderLayer(nn.Module):
         return LayerCache(KVCache(), self.cross.new_cache())
 
     def forward(
-        self, x: Tensor, memories: Memories, self_mask: Tensor | None, cache: LayerCache | None = None
+        self, x: Tensor, memories: Memories, self_mask: Tensor | None, cache: LayerCache | None = None,
+        self_memory: Tensor | None = None, self_context: AttentionContext = DECODER_SELF_CONTEXT,
     ) -> Tensor:
-        """``x`` (B, T, d), ``self_mask`` (T, t) or None."""
+        """``x`` (B, T, d), ``self_mask`` (T, t) or None.
+
+        ``self_memory`` (B|1, M, d): keys/values of the first sub-layer other than ``x`` (CATT's cross-sample stream:
+        the word dictionary, or the cross-sample states of the same positions), attended with ``self_context``."""
         self_cache, cross_cache = (None, None) if cache is None else (cache.self_attention, cache.cross)
-        attended = self.self_attn(x, x, x, mask=self_mask, cache=self_cache, context=DECODER_SELF_CONTEXT).out
+        source = x if self_memory is None else self_memory
+        attended = self.self_attn(x, source, source, mask=self_mask, cache=self_cache, context=self_context).out
         x = self.self_norm(x, attended)
         x = self.cross(x, memories, cache=cross_cache)
         return self.ffn_norm(x, self.ffn(x))

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement, reorder_state
 from vlattn.config import ModelConfig, parse_options
+from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
@@ -28,11 +30,12 @@ ModelInputs = Mapping[str, Tensor]
 
 @dataclass
 class TransformerState:
-    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`) and, when caching, one
-    :class:`~vlattn.models.decoder.LayerCache` per decoder layer (extended in place by ``step``)."""
+    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`) and, when caching, the caches of each
+    decoder layer (a :class:`~vlattn.models.decoder.LayerCache`; two-stream decoders hold one per stream), extended
+    in place by ``step``."""
 
     memories: dict[str, Memory]
-    cache: list[LayerCache] | None = None
+    cache: list[Any] | None = None
 
 
 class TransformerCaptioner(nn.Module):
@@ -52,13 +55,17 @@ class TransformerCaptioner(nn.Module):
         """The word embedding table (V, d) (data-dependent initialisation reads it)."""
         return self.decoder.embed
 
-    def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
-        """Encode the regions: ``{"regions": Memory}``; with ``box_input`` the normalised boxes join the
-        features."""
+    def encoder_inputs(self, inputs: ModelInputs) -> tuple[Tensor, Tensor, Tensor]:
+        """``features`` (B, N, D) — (B, N, D + 5) with ``box_input``, the normalised boxes joining them —, ``boxes``
+        (B, N, 4) and ``region_mask`` (B, N)."""
         features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
         if self.box_input:
             features = with_box_channels(features, boxes)  # (B, N, D + 5)
-        return {"regions": self.encoder(features, boxes, region_mask)}
+        return features, boxes, region_mask
+
+    def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
+        """Encode the regions: ``{"regions": Memory}``."""
+        return {"regions": self.encoder(*self.encoder_inputs(inputs))}
 
     def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
         """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V)."""
@@ -90,17 +97,29 @@ class Parts:
     cfg: ModelConfig
     use_cache: bool = True
 
+    def check(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
+              query_dim: int | None = None, key_dim: int | None = None) -> None:
+        """Refuse the mechanism of ``model.<site_key>`` at a site of kind ``site`` unless its capabilities allow it."""
+        spec, cfg = getattr(self.cfg, site_key), self.cfg
+        dims = AttentionDims(cfg.d_model, cfg.num_heads, cfg.dropout, query_dim, key_dim)
+        check_placement(spec.name, dims, site=site, where=f"model.{site_key}", has_geometry=has_geometry, cached=cached)
+
     def attention(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
                   query_dim: int | None = None, key_dim: int | None = None) -> nn.Module:
-        """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``."""
-        spec, cfg = getattr(self.cfg, site_key), self.cfg
-        where = f"model.{site_key}"
-        dims = AttentionDims(cfg.d_model, cfg.num_heads, cfg.dropout, query_dim, key_dim)
-        check_placement(spec.name, dims, site=site, where=where, has_geometry=has_geometry, cached=cached)
-        return build_attention(
+        """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``; its output must have the
+        model's width (the residual adds it to the queries)."""
+        self.check(site_key, site, has_geometry=has_geometry, cached=cached, query_dim=query_dim, key_dim=key_dim)
+        spec, cfg, where = getattr(self.cfg, site_key), self.cfg, f"model.{site_key}"
+        module = build_attention(
             spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout, query_dim=query_dim,
             key_dim=key_dim, options=spec.options, where=where,
         )
+        if module.out_dim != cfg.d_model:
+            raise ConfigError(
+                f"{where}: attention {spec.name!r} returns {module.out_dim}-d outputs, but a Transformer layer adds "
+                f"them to its {cfg.d_model}-d queries (for catt: options.fusion: concat_linear)"
+            )
+        return module
 
     def feed_forward(self) -> nn.Module:
         spec = self.cfg.feed_forward
@@ -110,8 +129,9 @@ class Parts:
     def norm(self) -> PostNorm:
         return PostNorm(self.cfg.d_model, self.cfg.dropout)
 
-    def encoder_layer(self) -> EncoderLayer:
-        attention = self.attention("encoder_self_attention", Site.ENCODER_SELF, has_geometry=True)
+    def encoder_layer(self, site: Site = Site.ENCODER_SELF) -> EncoderLayer:
+        """An encoder layer whose attention (``model.encoder_self_attention``) serves sites of kind ``site``."""
+        attention = self.attention("encoder_self_attention", site, has_geometry=site is Site.ENCODER_SELF)
         return EncoderLayer(attention, self.feed_forward(), self.norm(), self.norm())
 
     def cross_site(self, layer: int) -> nn.Module:

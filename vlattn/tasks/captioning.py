@@ -98,7 +98,7 @@ class CaptionData:
         words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
         word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
         return PrepareResources(
-            seed=seed, regions=regions, word_counts=word_counts,
+            seed=seed, regions=regions, word_counts=word_counts, data_root=self.root,
             word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
         )
 
