@@ -139,6 +139,10 @@ class EvalConfig:
     batch_size: int = bounded(50, ge=1)
     cider_df_mode: Literal["image", "caption"] = "image"
     reward_include_eos: bool = False
+    # bias metrics of `vlattn eval` (CHAIR, A@Attr; vlattn.data.bias): "auto" (the synthetic lexicon when the data
+    # root holds scenes.json), "synthetic", "off", or a CHAIR synonym file (relative to the data root)
+    bias_lexicon: str = "auto"
+    bias_instances: list[str] = field(default_factory=list)  # COCO instances_*.json adding ground-truth objects
 
 
 @dataclass
