@@ -9,7 +9,7 @@ the centres stop moving) and then refines the centres with one mini-batch step p
 so memory is bounded by the buffer and the time grows linearly with the regions (benchmarks/RESULTS.md, "CATT
 dictionary k-means"). When the stream ends inside the buffer (every synthetic set), this is plain in-memory
 mini-batch k-means. :func:`weighted_kmeans` clusters a small weighted point set (word embeddings weighted by their
-occurrences in the training text).
+occurrences in the training text) with full Lloyd k-means (``KMeans``): a vocabulary is a few thousand points.
 
 Everything is deterministic for a seed and a thread count.
 """
@@ -108,5 +108,6 @@ def weighted_kmeans(points: np.ndarray, weights: np.ndarray, k: int, seed: int, 
         return np.concatenate([distinct, points[spare]]).astype(np.float32)
     with _threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = _model(k, seed, min(BATCH_SIZE, len(points))).fit(points, sample_weight=weights)
+        model = sklearn_cluster().KMeans(n_clusters=k, random_state=seed, n_init=N_INIT)
+        model.fit(points, sample_weight=weights)
     return model.cluster_centers_.astype(np.float32)

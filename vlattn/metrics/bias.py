@@ -15,7 +15,8 @@ accuracy (A@Attr).
   words" without a finer definition; this is ours.
 
 Words are matched on the caption's PTB tokens (:func:`vlattn.data.text.tokenize`). A word the lexicon lacks is
-also tried in a singular form (``-s``, ``-es``, ``-ies`` -> ``-y``), as CHAIR singularises caption words.
+also tried in a singular form (``-s``, ``-es``, ``-ies`` -> ``-y``, a few irregular plurals), as CHAIR singularises
+caption words.
 This module holds the definitions only; the lexicons and ground truth of a data set are in
 :mod:`vlattn.data.bias`.
 """
@@ -71,9 +72,18 @@ class Lexicon:
         return GENERIC if tokens[head] in self.generic else None
 
 
+# irregular plurals of common caption nouns
+IRREGULAR_PLURALS: dict[str, str] = {
+    "men": "man", "women": "woman", "people": "person", "children": "child", "feet": "foot", "teeth": "tooth",
+    "mice": "mouse", "geese": "goose", "knives": "knife", "leaves": "leaf", "wolves": "wolf", "shelves": "shelf",
+    "loaves": "loaf", "halves": "half", "oxen": "ox",
+}
+
+
 def singular_forms(word: str) -> list[str]:
-    """Candidate singulars of ``word``: ``boxes`` -> ``boxe``, ``box``; ``ponies`` -> ``pony``."""
-    forms = []
+    """Candidate singulars of ``word``: ``boxes`` -> ``boxe``, ``box``; ``ponies`` -> ``pony``; ``women`` ->
+    ``woman`` (:data:`IRREGULAR_PLURALS`)."""
+    forms = [IRREGULAR_PLURALS[word]] if word in IRREGULAR_PLURALS else []
     if word.endswith("ies") and len(word) > 3:
         forms.append(word[:-3] + "y")
     if word.endswith("es") and len(word) > 2:
