@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DATA ?= data/synth
 DEMO_RUN ?= runs/demo
+DEMO_VQA_RUN ?= runs/demo-vqa
 
-.PHONY: demo test install clean bench
+.PHONY: demo demo-vqa test install clean bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +23,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m vlattn.demo --data $(DEMO_DATA) --out $(DEMO_RUN)
+
+demo-vqa: $(STAMP)
+	$(BIN)/python -m vlattn.demo_vqa --data $(DEMO_DATA) --out $(DEMO_VQA_RUN)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

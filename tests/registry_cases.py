@@ -1,10 +1,12 @@
 """Shared test helpers over the registries (the idea of timm's ``tests/test_models.py``): every attention
 mechanism at every site its capabilities allow, with inputs shaped for that site, and tiny models of every
-model kind with each mechanism at each site it allows.
+model kind (captioners and VQA models) with each mechanism at each site it allows.
 
-The per-mechanism and per-model batteries (``tests/models/test_attention_registry.py``,
-``tests/models/test_model_registry.py``) are parametrised by :func:`placements` and :func:`model_cases`, so
-a new mechanism or model kind is tested as soon as it is registered.
+The per-mechanism, per-feed-forward and per-model batteries (``tests/models/test_attention_registry.py``,
+``tests/models/test_feed_forward_registry.py``, ``tests/models/test_model_registry.py``,
+``tests/models/test_vqa_registry.py``) are parametrised by :func:`placements`, :func:`feed_forward_names`,
+:func:`model_cases` and :func:`vqa_model_cases`, so a new mechanism, feed-forward or model kind is tested as soon
+as it is registered.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from torch import Tensor, nn
 
 from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
 from vlattn.config import ModelConfig, Spec
-from vlattn.layers import BoxGeometry
-from vlattn.models import MODELS, build_captioner
+from vlattn.layers import FEED_FORWARD, BoxGeometry, build_feed_forward
+from vlattn.models import MODELS, build_captioner, build_vqa_model
 
 D, H = 16, 4  # attention width and heads of the mechanism battery
 Q_DIM = 12  # query size at cross sites of mechanisms that accept queries of another size
 VOCAB, FEATURE_DIM = 23, 12
+ANSWERS = 9  # candidate answers of the tiny VQA models
 BOS, EOS, PAD = 1, 2, 0
 
 # the attention sites of the Transformer-family captioners and the kind of each
@@ -42,6 +45,13 @@ MECHANISM_OPTIONS: dict[str, dict[str, Any]] = {
 }
 SITE_OPTIONS: dict[str, dict[str, Any]] = {name: {**options, "fusion": "concat_linear"} for name, options in MECHANISM_OPTIONS.items()}
 
+# the attention sites of the VQA models (MCAN's names): site kind and whether the site provides boxes
+VQA_SITES = {
+    "encoder_self_attention": (Site.ENCODER_SELF, False),  # question self-attention
+    "decoder_self_attention": (Site.ENCODER_SELF, True),  # image self-attention
+    "decoder_cross_attention": (Site.CROSS, False),  # question-guided attention over the regions
+}
+
 
 def placements() -> list[tuple[str, Site]]:
     """Every (mechanism, site kind) that the mechanism's capabilities allow."""
@@ -51,6 +61,17 @@ def placements() -> list[tuple[str, Site]]:
         for site in Site
         if site in cls.capabilities.sites and (site is not Site.DECODER_SELF or cls.capabilities.cacheable)
     ]
+
+
+def feed_forward_names() -> list[str]:
+    """Every registered feed-forward."""
+    return sorted(FEED_FORWARD)
+
+
+def build_feed_forward_case(name: str, *, dropout: float = 0.0, seed: int = 0) -> nn.Module:
+    """The feed-forward ``name`` with its default options at d = :data:`D`, d_ff = 2 D, in eval mode."""
+    torch.manual_seed(seed)
+    return build_feed_forward(name, D, 2 * D, dropout).eval()
 
 
 def placement_id(case: tuple[str, Site]) -> str:
@@ -150,12 +171,13 @@ class ModelCase:
     kind: str
     sites: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # names a variant of the kind's options
 
     @property
     def id(self) -> str:
         placed = ",".join(f"{site.split('_')[0]}_{site.split('_')[1]}={name}" for site, name in self.sites.items())
-        placed += ",".join(f"{key}={value}" for key, value in self.overrides.items())
-        return f"{self.kind}[{placed}]" if placed else self.kind
+        name = f"{self.kind}-{self.label}" if self.label else self.kind
+        return f"{name}[{placed}]" if placed else name
 
     def config(self) -> ModelConfig:
         return tiny_model_config(self.kind, self.sites, **self.overrides)
@@ -170,16 +192,8 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {},
     "m2": {"encoder_self_attention": Spec("memory", {"slots": 5})},
     "catt": {"options": {"image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
-}
-
-
-# kind -> further configurations the battery runs (variants that change the layer structure)
-CATT_OPTIONS = KIND_DEFAULTS["catt"]["options"]
-KIND_VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "catt": [
-        {"options": {**CATT_OPTIONS, "share": False}},
-        {"options": {**CATT_OPTIONS, "fusion": "concat_linear"}, "tie_embeddings": True, "box_input": True},
-    ],
+    "mcan": {"options": {"word_dim": 10}},
+    "mcan_catt": {"options": {"word_dim": 10, "image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
 }
 
 
@@ -196,16 +210,30 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
     return ModelConfig(**fields)
 
 
+# variants of a kind's options that the whole battery runs too (M2's official padding attends padded
+# regions by design, so it is tested on its own in tests/models/test_m2_official.py)
+KIND_VARIANTS: list[ModelCase] = [
+    ModelCase("m2", label="official", overrides={
+        "encoder_self_attention": Spec("memory", {"slots": 5, "init": "official"}),
+        "options": {"residual": "official", "positions": "table", "init": "official"},
+    }),
+    ModelCase("catt", label="unshared", overrides={"options": {**KIND_DEFAULTS["catt"]["options"], "share": False}}),
+    ModelCase("catt", label="linear-tied-boxes", overrides={
+        "options": {**KIND_DEFAULTS["catt"]["options"], "fusion": "concat_linear"}, "tie_embeddings": True,
+        "box_input": True,
+    }),
+]
+
+
 def model_cases() -> list[ModelCase]:
-    """Every captioning model kind with its defaults and its variants, and the Transformer with every mechanism at every captioner site
-    that mechanism allows."""
-    kinds = [kind for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"]
-    cases = [ModelCase(kind) for kind in kinds]
-    cases += [ModelCase(kind, overrides=variant) for kind in kinds for variant in KIND_VARIANTS.get(kind, [])]
+    """Every captioning model kind with its defaults and its :data:`KIND_VARIANTS`, the Transformer with every
+    mechanism at every captioner site that mechanism allows, and the Transformer with every feed-forward."""
+    cases = [ModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "captioning"] + KIND_VARIANTS
     for site_key, site in CAPTIONER_SITES.items():
         for name, placed in placements():
             if placed is site and name != "mha":
                 cases.append(ModelCase("transformer", {site_key: name}))
+    cases += [ModelCase("transformer", {"feed_forward": name}) for name in feed_forward_names() if name != "plain"]
     return cases
 
 
@@ -228,3 +256,48 @@ def tiny_inputs(batch: int = 3, regions: int = 6, length: int = 7, seed: int = 1
 def model_inputs(inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The model-input mapping of :func:`tiny_inputs` (everything but the tokens)."""
     return {k: v for k, v in inputs.items() if k != "tokens"}
+
+
+# --- VQA models -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VQAModelCase(ModelCase):
+    """A tiny VQA model of one kind with the given attention specs at its sites."""
+
+    def build(self, seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return build_vqa_model(self.config(), VOCAB, ANSWERS, pad_id=PAD).eval()
+
+
+MCAN_CATT_OPTIONS = KIND_DEFAULTS["mcan_catt"]["options"]
+VQA_KIND_VARIANTS: list[VQAModelCase] = [
+    VQAModelCase("mcan_catt", label="unshared", overrides={"options": {**MCAN_CATT_OPTIONS, "share": False}}),
+    VQAModelCase("mcan_catt", label="linear-boxes", overrides={
+        "options": {**MCAN_CATT_OPTIONS, "fusion": "concat_linear"}, "box_input": True,
+    }),
+]
+
+
+def vqa_model_cases() -> list[VQAModelCase]:
+    """Every VQA model kind with its defaults, and MCAN with every mechanism at every site it allows (with
+    boxes only at the image self-attention)."""
+    cases = [VQAModelCase(kind) for kind, entry in sorted(MODELS.items()) if entry.task == "vqa"] + VQA_KIND_VARIANTS
+    for site_key, (site, has_geometry) in VQA_SITES.items():
+        for name, placed in placements():
+            needs_geometry = ATTENTION[name].capabilities.needs_geometry
+            if placed is site and name != "mha" and (has_geometry or not needs_geometry):
+                cases.append(VQAModelCase("mcan", {site_key: name}))
+    return cases
+
+
+def tiny_vqa_inputs(batch: int = 3, regions: int = 6, words: int = 5, seed: int = 1) -> dict[str, Tensor]:
+    """VQA model inputs: :func:`tiny_inputs` regions (row b has b padded regions) and ``questions`` (B, L) of
+    word ids padded after the words (row b has b padded words) with ``question_mask`` (B, L)."""
+    inputs = model_inputs(tiny_inputs(batch, regions, seed=seed))
+    generator = torch.Generator().manual_seed(seed + 1)
+    mask = torch.ones(batch, words, dtype=torch.bool)
+    for row in range(1, batch):
+        mask[row, words - row:] = False
+    questions = torch.randint(3, VOCAB, (batch, words), generator=generator).masked_fill(~mask, PAD)
+    return {**inputs, "questions": questions, "question_mask": mask}

@@ -72,6 +72,14 @@ def test_profile_json(trained: tuple[Path, Path, Path]) -> None:
     params = report["parameters"]
     assert params["total"] == params["encoder"] + params["decoder"]
     assert report["flops"]["train_step"] > report["flops"]["decode_step"] > 0
+    backbone = report["backbone"]
+    assert 0 < backbone["parameters"] < params["total"] and backbone["madds_per_sample"] > 0
+
+
+def test_profile_length_beyond_the_positions_is_one_line() -> None:
+    result = _cli("profile", "--config", "configs/demo.yaml", "--length", "100", "--repeats", "1")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--length 100 needs model.max_positions >= 101" in result.stderr
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

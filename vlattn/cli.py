@@ -1,4 +1,4 @@
-"""The ``vlattn`` command: train, eval, caption, score, profile, and data tools.
+"""The ``vlattn`` command: train, eval, caption, answer, score, profile, and data tools.
 
 Errors about user input (:class:`vlattn.errors.VlattnError`) are printed as one line on stderr and
 exit with status 2; anything else is a bug and keeps its traceback.
@@ -99,22 +99,65 @@ def caption(
 def profile(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = SET,
-    vocab_size: int = typer.Option(10201, help="Vocabulary size."),
-    batch: int = typer.Option(10, help="Batch size for FLOPs/latency."),
-    regions: int = typer.Option(50, help="Regions per image."),
-    length: int = typer.Option(20, help="Caption length (training step) / decoding steps."),
-    repeats: int = typer.Option(5, help="Latency measurements (median reported)."),
+    vocab_size: Optional[int] = typer.Option(None, help="Word vocabulary size (default: the task's; captioning 10201)."),
+    batch: Optional[int] = typer.Option(None, help="Batch size for FLOPs/latency (default 10)."),
+    regions: Optional[int] = typer.Option(None, help="Regions per image (default: captioning 50, VQA 100)."),
+    length: Optional[int] = typer.Option(None, help="Caption length / decoding steps (captioning, default 20) or "
+                                                     "question words (VQA, default 14)."),
+    answers: Optional[int] = typer.Option(None, help="Candidate answers (VQA, default 3129)."),
+    repeats: Optional[int] = typer.Option(None, help="Latency measurements (median reported; default 5)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Parameters (total and per module), FLOPs of a training and a decoding step, and latency."""
+    """Parameters (total, per module, backbone), FLOPs of a training step and of inference (captioning: a decoding
+    step; VQA: answering a batch), backbone multiply-adds per sample (the LW-Transformer paper's MAdds), latency."""
+    import dataclasses
+
     from vlattn.config import load_config
     from vlattn.models.profile import format_profile
-    from vlattn.tasks import ProfileShapes, task_of
+    from vlattn.tasks import task_of
 
     cfg = load_config(config, overrides or [])
-    shapes = ProfileShapes(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats)
-    report = task_of(cfg.task).profile(cfg, shapes)
+    task = task_of(cfg.task)
+    given = dict(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats, answers=answers)
+    shapes = dataclasses.replace(task.profile_shapes, **{k: v for k, v in given.items() if v is not None})
+    report = task.profile(cfg, shapes)
     typer.echo(json.dumps(report) if as_json else format_profile(report))
+
+
+@app.command()
+def answer(
+    checkpoint: Path = typer.Option(..., help="VQA checkpoint directory or run directory (uses its best checkpoint)."),
+    features: Path = typer.Option(..., help="Feature store holding the image (any layout vlattn reads)."),
+    image_id: int = typer.Option(..., "--image-id", help="Image id in the feature store."),
+    question: str = typer.Option(..., help="The question, e.g. \"What color is the cube?\"."),
+    top: int = typer.Option(5, help="Number of answers to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    device: str = DEVICE,
+) -> None:
+    """Answer a question about one image: the top candidate answers with their scores (sigmoid, 0-1)."""
+    from vlattn.tasks.vqa import answer as run_answer, format_answers
+
+    result = run_answer(checkpoint, features, image_id, question, top=top, device=device)
+    typer.echo(json.dumps(result) if as_json else format_answers(result))
+
+
+@app.command("import-checkpoint")
+def import_checkpoint(
+    source: Path = typer.Argument(..., help="The released checkpoint file (.pth); its state_dict entry is read."),
+    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer)."),
+    vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
+    out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
+    heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="YAML whose data/train/eval sections the run uses (default: the released "
+        "evaluation settings); the model section comes from the checkpoint."),
+) -> None:
+    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, SCST)."""
+    from vlattn.config import load_config
+    from vlattn.importers import import_checkpoint as run_import
+
+    base = load_config(config) if config is not None else None
+    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base)))
 
 
 def main() -> None:
@@ -122,7 +165,7 @@ def main() -> None:
     try:
         app()
     except VlattnError as err:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {' '.join(str(err).splitlines())}", err=True)  # one line, whatever the message
         sys.exit(2)
 
 

@@ -36,6 +36,8 @@ _BOUND_TESTS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">
 
 def _check_bounds(value: Any, bounds: dict[str, float], where: str) -> None:
     for item in value if isinstance(value, list) else [value]:
+        if item is None:  # an optional value left unset
+            continue
         for name, bound in bounds.items():
             test, symbol = _BOUND_TESTS[name]
             if not test(item, bound):
@@ -78,12 +80,22 @@ class ModelConfig:
     decoder_self_attention: Spec = spec("mha")
     decoder_cross_attention: Spec = spec("mha")
     feed_forward: Spec = spec("plain")
+    # a local GloVe-format text file initialising the question word embeddings of VQA models (never downloaded)
+    word_vectors: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class DataConfig:
-    """Where the data lives and how captions/regions are cut."""
+    """Where the data lives and how captions, questions and regions are cut.
+
+    Captioning reads ``karpathy``; VQA reads, for each split ``s`` of ``vqa_splits`` (train, val, test),
+    ``questions``/``annotations`` with ``{split}`` replaced by each file subtype listed for ``s``
+    (VQA v2: ``{train: [train2014], val: [val2014], test: [test2015]}``; MCAN trains on
+    ``[train2014, val2014]``). ``vocab_splits``/``vocab_min_count`` choose the text the word vocabulary is
+    built from (captions or questions); ``answer_min_count`` the training answers kept as candidates.
+    ``zero_image`` zeroes every region feature and box (the question-only ablation).
+    """
 
     root: str = "data/synth"
     karpathy: str = "dataset.json"
@@ -93,6 +105,23 @@ class DataConfig:
     max_regions: int = bounded(50, ge=1)
     max_caption_len: int = bounded(20, ge=1)
     num_workers: int = bounded(0, ge=0)
+    questions: str = "vqa/questions_{split}.json"
+    annotations: str = "vqa/annotations_{split}.json"
+    vqa_splits: dict[str, list[str]] = field(
+        default_factory=lambda: {"train": ["train"], "val": ["val"], "test": ["test"]}
+    )
+    max_question_len: int = bounded(14, ge=1)
+    answer_min_count: int = bounded(9, ge=1)
+    zero_image: bool = False
+
+    def check(self, where: str) -> None:
+        for split, subtypes in self.vqa_splits.items():
+            if not isinstance(subtypes, list) or not subtypes or not all(isinstance(s, str) for s in subtypes):
+                raise ConfigError(f"config key {where}.vqa_splits.{split}: expected a non-empty list of file subtypes, "
+                                  f"got {subtypes!r}")
+        for key in ("questions", "annotations"):
+            if "{split}" not in getattr(self, key):
+                raise ConfigError(f"config key {where}.{key}: the file pattern needs a {{split}} placeholder")
 
 
 @dataclass
@@ -102,12 +131,18 @@ class TrainConfig:
 
     seed: int = 1234
     epochs: int = bounded(20, ge=0)
+    patience: int = bounded(0, ge=0)  # end XE after this many epochs without a better val CIDEr (0: never)
     batch_size: int = bounded(50, ge=1)
     label_smoothing: float = bounded(0.0, ge=0.0, lt=1.0)
     grad_clip: float = bounded(0.0, ge=0.0)
     adam_betas: list[float] = bounded(factory=lambda: [0.9, 0.98], ge=0.0, lt=1.0)
+    adam_eps: float = bounded(1e-8, gt=0.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     schedule: Spec = spec("noam", warmup=10000, scale=1.0)
+    lr_scaling: Literal["none", "sqrt_groups"] = "none"  # sqrt_groups: XE rate x sqrt(k) (LW-Transformer IV-C)
+    # VQA: binary cross-entropy over the answers, summed over answers and questions (MCAN's released code),
+    # summed over answers and averaged over questions, or averaged over both
+    bce_reduction: Literal["sum", "sum_answers", "mean"] = "sum"
     val_decoding: Literal["greedy", "beam"] = "greedy"
     val_max_images: int = bounded(0, ge=0)
     max_steps: int = bounded(0, ge=0)
@@ -116,14 +151,21 @@ class TrainConfig:
     # SCST stage (M2 section 4.2: fixed learning rate 5e-6; "step"/"noam" select the paper schedules)
     scst_schedule: Spec = spec("constant", lr=5e-6)
     scst_epochs: int = bounded(10, ge=0)
+    scst_patience: int = bounded(0, ge=0)
+    scst_adam_betas: list[float] | None = None  # None: adam_betas
     scst_samples: int = bounded(5, ge=1)
     scst_sampling: Literal["beam", "sample"] = "beam"
     scst_baseline: Literal["mean", "mean-others", "greedy"] = "mean"
     scst_batch_size: int = bounded(50, ge=1)
+    # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
+    # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
+    scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
 
     def check(self, where: str) -> None:
-        if len(self.adam_betas) != 2:
-            raise ConfigError(f"config key {where}.adam_betas: expected two numbers, got {self.adam_betas!r}")
+        for key in ("adam_betas", "scst_adam_betas"):
+            betas = getattr(self, key)
+            if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
+                raise ConfigError(f"config key {where}.{key}: expected two numbers in [0, 1), got {betas!r}")
         if self.scst_baseline == "mean-others" and self.scst_samples < 2:
             raise ConfigError(f"config key {where}.scst_samples: the mean-others baseline needs >= 2, got {self.scst_samples}")
 
@@ -293,6 +335,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def _yaml_where(err: yaml.YAMLError) -> str:
+    """`` at line L column C: problem`` of a YAML error, on one line."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{where}: {' '.join(str(problem).split())}"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML (or JSON) config file, apply overrides, validate."""
     data: dict[str, Any] = {}
@@ -301,10 +351,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
+        try:
             data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
-        except (yaml.YAMLError, json.JSONDecodeError) as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML{_yaml_where(err)}") from None
     apply_overrides(data, overrides or [])
     try:
         return config_from_dict(data)

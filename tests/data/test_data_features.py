@@ -144,9 +144,9 @@ def test_writer_reader_round_trip_and_detection(tmp_path: Path, fmt: str) -> Non
 
 
 def test_npz_writer_mcan_layout_stores_d_by_k(tmp_path: Path) -> None:
-    write_npz_dir(tmp_path / "feats", REFERENCE.items(), layout="x")
+    assert write_npz_dir(tmp_path / "feats", REFERENCE.items(), layout="x") == 3  # images, not the last box count
     with np.load(tmp_path / "feats" / "7.npz") as data:
-        assert data["x"].shape == (DIM, 5) and data["bbox"].shape == (5, 4)
+        assert data["x"].shape == (DIM, 5) and data["bbox"].shape == (5, 4) and int(data["num_bbox"]) == 5
     assert_same(NpzDirStore(tmp_path / "feats").get(7), REFERENCE[7])
 
 

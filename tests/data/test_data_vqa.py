@@ -125,7 +125,7 @@ def test_answer_vocabulary_and_soft_scores(files: tuple[Path, Path], tmp_path: P
     assert AnswerVocabulary.build(answers, top_k=2, min_count=3).itos == ["2", "red"]
     assert top.index("Two") == 0 and top.index("cat") is None
     soft = top.soft_scores(["2"] * 4 + ["two"] + ["red"] * 2 + ["many"] * 3)
-    assert soft == {0: 1.0, 1: pytest.approx(2 / 3)}
+    assert soft == {0: 1.0, 1: pytest.approx(0.6)}  # 5 humans -> 1; 2 humans -> (8 * 2/3 + 2 * 1/3) / 10
     top.save(tmp_path / "answers.json")
     assert AnswerVocabulary.load(tmp_path / "answers.json").itos == top.itos
     with pytest.raises(DataError, match="top_k or min_count"):
@@ -150,8 +150,8 @@ def test_dataset_targets_and_collate(files: tuple[Path, Path], tmp_path: Path) -
     assert batch["question_ids"].tolist() == [420, 421, 70] and batch["image_ids"].tolist() == [42, 42, 7]
     assert batch["questions"].tolist() == [[4, 5, 6, 7], [9, 10, 3, 0], [6, 3, 3, 0]]  # balls/it/raining -> UNK
     assert batch["question_mask"].tolist() == [[True] * 4, [True] * 3 + [False], [True] * 3 + [False]]
-    # red: 8 exact + "Red!" normalised = 9 -> 1; "2" x4 + "two" -> 1; "3" x2 -> 2/3; "maybe" unknown -> zeros
-    expected = torch.tensor([[1, 0, 0], [0, 1, 2 / 3], [0, 0, 0]], dtype=torch.float32)
+    # red: 8 exact + "Red!" normalised = 9 -> 1; "2" x4 + "two" -> 1; "3" x2 -> 0.6; "maybe" unknown -> zeros
+    expected = torch.tensor([[1, 0, 0], [0, 1, 0.6], [0, 0, 0]], dtype=torch.float32)
     torch.testing.assert_close(batch["targets"], expected)
     assert batch["features"].shape == (3, 3, 3) and batch["region_mask"].sum(dim=1).tolist() == [3, 3, 2]
 

@@ -26,7 +26,15 @@ def test_scores_and_collapse_repeats() -> None:
     res = {1: ["a man on a horse"], 2: ["a dog in grass"], 3: ["a bus"]}
     assert collapsed.scores["CIDEr"] == pytest.approx(float(CiderD().compute_score(gts, res)[0]), rel=1e-12)
     assert collapsed.scores["CIDEr"] != plain.scores["CIDEr"]
-    assert plain.to_dict() == {"scores": plain.scores, "unavailable": {}}
+    assert plain.to_dict() == {"scores": plain.scores, "unavailable": {}, "tokenizer": plain.tokenizer}
+    assert plain.tokenizer["backend"] == "python" and plain.tokenizer["captions_that_may_differ"] == 0
+
+
+def test_report_counts_captions_where_python_may_differ_from_java() -> None:
+    gts = {**GTS, 4: ["ΣΑΣ ΚΑΛΟΣ"]}
+    report = evaluate_captions(gts, {**RES, 4: "a sign"}, tokenizer_backend="python", metrics=("CIDEr",))
+    assert report.tokenizer["captions_that_may_differ"] == 1
+    assert "sigma" in report.tokenizer["differences"]
 
 
 def test_unavailable_metrics_have_reasons() -> None:

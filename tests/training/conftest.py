@@ -11,7 +11,7 @@ import pytest
 
 from vlattn.config import Config, load_config
 from vlattn.data.features import RegionFeatures, write_memmap
-from vlattn.data.karpathy import ImageEntry, write_karpathy
+from vlattn.data.karpathy import ImageEntry, load_karpathy, write_karpathy
 from vlattn.tasks import captioning
 
 COLOURS = ["red", "green", "blue", "yellow"]
@@ -83,3 +83,46 @@ def crash_at_step(step: int) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(captioning, "xe_objective", crashing_objective)
         yield
+
+
+def make_tiny_vqa_data(root: Path, images: int = 36, seed: int = 0) -> Path:
+    """:func:`make_tiny_data` plus VQA v2 files ``vqa/{questions,annotations}_<split>.json``: per image "What
+    color is the object?" (the colour), "What shape is it?" (the shape) and "Is it red?" (yes/no), ten
+    human answers each (one of them a different spelling of the same answer); the first training image also
+    has a question whose answers are never candidates ("What is it made of?": ten times "paper")."""
+    from vlattn.data.vqa import Annotation, Question, write_annotations, write_questions
+
+    make_tiny_data(root, images, seed)
+    entries = {e.image_id: e for e in load_karpathy(root / "dataset.json")}
+    for split in ("train", "val", "test"):
+        questions, annotations = [], []
+        for image_id, entry in entries.items():
+            if entry.split != split:
+                continue
+            colour, shape = entry.captions[0][1], entry.captions[0][2]
+            asked = [("What color is the object?", colour, "what color is the", "other", colour.upper()),
+                     ("What shape is it?", shape, "what shape is", "other", f"a {shape}"),
+                     ("Is it red?", "yes" if colour == "red" else "no", "is it", "yes/no", None)]
+            if split == "train" and not questions:
+                asked.append(("What is it made of?", "paper", "what is", "other", None))
+            for k, (text, truth, kind, answer_type, variant) in enumerate(asked):
+                qid = image_id * 10 + k
+                humans = [truth] * 9 + [variant or truth]
+                questions.append(Question(qid, image_id, text))
+                annotations.append(Annotation(qid, image_id, kind, answer_type, truth, humans))
+        write_questions(root / "vqa" / f"questions_{split}.json", questions, data_subtype=split)
+        write_annotations(root / "vqa" / f"annotations_{split}.json", annotations, data_subtype=split)
+    return root
+
+
+def tiny_vqa_config(root: Path, *extra: str) -> Config:
+    """A 1+1-layer d=32 MCAN on the tiny VQA data (every answer of the 24 training images is a candidate
+    at ``answer_min_count`` 2)."""
+    return load_config(None, [
+        "task=vqa", "model.kind=mcan", f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4",
+        "data.answer_min_count=2", f"model.feature_dim={DIM}", "model.d_model=32", "model.num_heads=2",
+        "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.1",
+        "model.options.word_dim=16", "train.epochs=10", "train.batch_size=8", "train.log_every=1",
+        "train.schedule.name=constant", "train.schedule.options.lr=0.003", "train.bce_reduction=sum_answers",
+        "eval.batch_size=16", *extra,
+    ])

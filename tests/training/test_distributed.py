@@ -16,6 +16,7 @@ import yaml
 from vlattn.config import config_to_dict
 from vlattn.training.distributed import DistContext, average_gradients
 from vlattn.training.loop import EpochBatchSampler
+from tests.slow import scaled
 from tests.training.conftest import tiny_config
 
 
@@ -56,15 +57,16 @@ def test_average_gradients_across_two_processes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_torchrun_two_processes(tiny_data: Path, tmp_path: Path) -> None:
+    epochs = scaled(4)
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=1"))))
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, f"train.epochs={epochs}"))))
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
            "-m", "vlattn.cli", "train", "--config", str(config), "--out", str(run), "--device", "cpu"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # 72 pairs / batch 8 = 9 global batches -> 8 usable, 4 per rank; only rank 0 logs.
-    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
-    assert sum(r["kind"] == "val" for r in records) == 1
+    # 72 pairs / batch 8 = 9 global batches -> 8 usable, 4 per rank and epoch; only rank 0 logs.
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 4 * epochs + 1))
+    assert sum(r["kind"] == "val" for r in records) == epochs
     assert (run / "checkpoints" / "best" / "model.safetensors").is_file()

@@ -1,14 +1,16 @@
-"""Learning-rate schedules against the papers' formulas, evaluated by hand."""
+"""Learning-rate schedules against the papers' formulas, evaluated by hand, and the sqrt(k) scaling of LW-Transformer."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
-from vlattn.config import Spec
+from vlattn.config import ModelConfig, Spec
 from vlattn.errors import ConfigError
-from vlattn.training.schedules import Constant, Noam, StepDecay, build_schedule
+from vlattn.models import build_captioner
+from vlattn.training.schedules import Constant, Noam, Scaled, StepDecay, WarmupMultiStep, build_schedule, lr_scale
 
 
 def test_noam_matches_formula_and_peaks_at_warmup() -> None:
@@ -45,3 +47,68 @@ def test_build_schedule_by_name_and_error() -> None:
         build_schedule(Spec("step", {"lr": 1.0}), d_model=512)
     with pytest.raises(ConfigError, match=r"train.schedule.options.decay_factor: must be <= 1.0, got 2.0"):
         build_schedule(Spec("step", {"decay_factor": 2.0}), d_model=512)
+
+
+def test_lw_warmup_multistep_matches_the_released_schedule() -> None:
+    """LW-Transformer Sec. IV-C with the released code's epoch function: epoch s (1-based) gets base * s / 4 for
+    s <= 3, base for s <= 10, base * 0.2 for s <= 12, base * 0.04 after."""
+    def released(s: int) -> float:
+        return s / 4 if s <= 3 else 1.0 if s <= 10 else 0.2 if s <= 12 else 0.04
+
+    sched = build_schedule(Spec("warmup_multistep", {"base_lr": 2e-4}), d_model=512)
+    assert isinstance(sched, WarmupMultiStep)
+    assert [sched.lr_at(step=7, epoch=s - 1) for s in range(1, 16)] == pytest.approx([2e-4 * released(s) for s in range(1, 16)])
+    none = WarmupMultiStep(warmup_epochs=0, decay_epochs=[])
+    assert none.lr_at(0, 0) == none.lr_at(999, 40) == 1e-4
+
+
+def lw_model(groups: dict[str, int]) -> torch.nn.Module:
+    """A tiny captioner with G-MHA/G-FFN of the given group counts per component."""
+    specs = {site: Spec("gmha", {"groups": k}) if site != "feed_forward" else Spec("gffn", {"groups": k})
+             for site, k in groups.items()}
+    return build_captioner(ModelConfig(d_model=16, num_heads=4, d_ff=32, feature_dim=8, **specs), 10)
+
+
+def test_lr_scaling_by_sqrt_groups() -> None:
+    """Sec. IV-C: the base rate is 1e-4 x sqrt(k); none leaves every model's rate alone."""
+    plain = build_captioner(ModelConfig(d_model=16, num_heads=4, d_ff=32, feature_dim=8), 10)
+    assert lr_scale("sqrt_groups", plain) == 1.0
+    for k in (1, 2, 4):
+        model = lw_model({"encoder_self_attention": k, "decoder_cross_attention": k, "feed_forward": k})
+        assert lr_scale("sqrt_groups", model) == pytest.approx(math.sqrt(k))
+        assert lr_scale("none", model) == 1.0
+    scaled = Scaled(Constant(lr=1e-4), lr_scale("sqrt_groups", lw_model({"feed_forward": 2})))
+    assert scaled.lr_at(3, 1) == pytest.approx(1.4142135e-4)
+    with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count, the model mixes k = \[2, 4\]"):
+        lr_scale("sqrt_groups", lw_model({"encoder_self_attention": 2, "feed_forward": 4}))
+
+
+def test_lr_scaling_is_checked_when_a_config_loads() -> None:
+    from vlattn.config import config_from_dict
+
+    mixed = {"model": {"d_model": 16, "num_heads": 4, "encoder_self_attention": {"name": "gmha", "options": {"groups": 4}},
+                       "feed_forward": {"name": "gffn", "options": {"groups": 2}}}}
+    config_from_dict(mixed)  # mixing group counts is fine without the scaling
+    with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count"):
+        config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
+    with pytest.raises(ConfigError, match=r"train\.lr_scaling: 'sqrt' is not one of: none, sqrt_groups"):
+        config_from_dict({"train": {"lr_scaling": "sqrt"}})
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # as the released loop does
+def test_noam_epoch_offset_follows_the_released_lambda_lr_loop() -> None:
+    """The released train.py: LambdaLR(lambda s: d^-0.5 * min((s+1)^-0.5, (s+1) * warmup^-1.5)), stepped at the
+    start of every epoch and after every iteration; the rate of each iteration is read from the optimiser."""
+    warmup, per_epoch = 7, 5
+    released = lambda s: 512**-0.5 * min((s + 1) ** -0.5, (s + 1) * warmup**-1.5)  # noqa: E731
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, released)
+    expected = []
+    for _ in range(3):
+        scheduler.step()  # train_xe() begins with it
+        for _ in range(per_epoch):
+            expected.append(optimizer.param_groups[0]["lr"])
+            scheduler.step()
+    schedule = Noam(d_model=512, warmup=warmup, epoch_offset=True)
+    ours = [schedule.lr_at(step, step // per_epoch) for step in range(3 * per_epoch)]
+    assert ours == pytest.approx(expected, rel=1e-12)
+    plain = Noam(d_model=512, warmup=warmup)
+    assert plain.lr_at(per_epoch, 1) != pytest.approx(expected[per_epoch])

@@ -103,6 +103,51 @@ def test_scst_stage_runs_from_xe_checkpoint(tiny_data: Path, tmp_path: Path, sam
         tasks.train(cfg, scst, stage="xe", resume=True, device="cpu")
 
 
+def test_scst_stage_with_the_released_recipe_options(tiny_data: Path, tmp_path: Path) -> None:
+    """Adam betas of its own, the released loss normalisation and early stopping on validation CIDEr."""
+    xe = tmp_path / "xe"
+    tasks.train(tiny_config(tiny_data, "train.epochs=1"), xe, device="cpu")
+    cfg = tiny_config(tiny_data, "train.scst_epochs=4", "train.scst_batch_size=8", "train.scst_samples=3",
+                      "train.scst_adam_betas=[0.9, 0.999]", "train.scst_loss_normalise=steps", "train.scst_patience=1")
+    scst = tmp_path / "scst"
+    tasks.train(cfg, scst, stage="scst", init=xe, device="cpu")
+    state = torch.load(scst / "checkpoints" / "last" / "train_state.pt", weights_only=True)
+    assert all(tuple(group["betas"]) == (0.9, 0.999) for group in state["optimizer"]["param_groups"])
+    records = [json.loads(line) for line in (scst / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["CIDEr"] for r in records if r["kind"] == "val"]
+    stale = next((i for i in range(1, len(scores)) if scores[i] <= max(scores[:i])), None)
+    assert len(scores) == (4 if stale is None else stale + 1)  # patience 1: the first epoch without gain ends it
+    assert [r["kind"] for r in records].count("stop") == (stale is not None)
+
+
 def test_scst_needs_init(tiny_data: Path, tmp_path: Path) -> None:
     with pytest.raises(VlattnError, match="--init"):
         tasks.train(tiny_config(tiny_data), tmp_path / "x", stage="scst", device="cpu")
+
+
+def test_scst_loss_normalised_over_steps_is_the_released_formula() -> None:
+    """The released train.py: log_probs (B, beam, 20) of the beam search, 0 after EOS; loss =
+    mean over beams of -mean(log_probs, -1) * (reward - mean reward of the image's beams)."""
+    generator = torch.Generator().manual_seed(0)
+    released = -torch.rand(2, 3, 20, generator=generator)  # (B, beam, steps)
+    lengths = torch.tensor([[3, 5, 9], [1, 4, 2]])  # words up to and including EOS
+    released = released * (torch.arange(20) < lengths[..., None])
+    rewards = torch.tensor([[0.5, 1.5, 1.0], [2.0, 0.0, 1.0]])
+    expected = (-released.mean(-1) * (rewards - rewards.mean(-1, keepdim=True))).mean()
+    # vlattn's beam search stops when every beam has ended: fewer columns, pad after EOS
+    width = int(lengths.max())
+    samples = torch.full((2, 3, width), 7)
+    for b in range(2):
+        for k in range(3):
+            samples[b, k, lengths[b, k] - 1] = EOS
+            samples[b, k, lengths[b, k]:] = 0
+    log_probs = released[..., :width].clone().requires_grad_(True)
+    loss = scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                     mean_baseline(rewards).reshape(-1), eos=EOS, normalise="steps", steps=20)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    tokens = scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                       mean_baseline(rewards).reshape(-1), eos=EOS)
+    assert tokens.item() == pytest.approx((expected * 6 * 20 / lengths.sum()).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="unknown SCST loss normalisation 'words'"):
+        scst_loss(log_probs.reshape(6, width), samples.reshape(6, width), rewards.reshape(-1),
+                  rewards.reshape(-1), eos=EOS, normalise="words")

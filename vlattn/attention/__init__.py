@@ -4,7 +4,9 @@ Every mechanism is an ``nn.Module`` class with ``Options`` (a dataclass of its o
 ``capabilities`` (:class:`~vlattn.attention.base.Capabilities`), built as ``cls(dims, options)`` and called as
 ``forward(query, key, value, *, mask=None, bias=None, cache=None, context=None, need_weights=False)``
 -> :class:`~vlattn.attention.base.AttentionOutput` (see :mod:`vlattn.attention.base` for the contract).
-New mechanisms add one file and one line in :data:`ATTENTION`.
+New mechanisms add one file and one line in :data:`ATTENTION`. A mechanism whose options constrain the sizes
+(G-MHA's groups must divide the heads) declares ``size_problem(dims, options) -> str | None``;
+:func:`build_attention` turns a problem into a ``ConfigError`` naming the site.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from vlattn.attention.base import (
 )
 from vlattn.attention.cache import KVCache, SharedKVCache, StaticKVCache, reorder_state
 from vlattn.attention.catt import AdditiveCausalAttention, CausalAttention
+from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.config import lookup, parse_options
@@ -34,6 +37,7 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "additive": AdditiveAttention,
     "catt": CausalAttention,
     "catt_additive": AdditiveCausalAttention,
+    "gmha": GroupMultiHeadAttention,
 }
 
 
@@ -87,7 +91,11 @@ def build_attention(
     """Instantiate the registered mechanism ``name`` with validated ``options`` (errors name ``where``)."""
     cls = attention_class(name, where)
     dims = AttentionDims(d_model, num_heads, dropout, query_dim, key_dim)
-    return cls(dims, parse_options(cls.Options, options, f"{where}.options"))
+    parsed = parse_options(cls.Options, options, f"{where}.options")
+    problem = cls.size_problem(dims, parsed) if hasattr(cls, "size_problem") else None
+    if problem:
+        raise ConfigError(f"{where}: attention {name!r} {problem}")
+    return cls(dims, parsed)
 
 
 __all__ = [
@@ -99,6 +107,7 @@ __all__ = [
     "AttentionOutput",
     "Capabilities",
     "CausalAttention",
+    "GroupMultiHeadAttention",
     "KVCache",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",

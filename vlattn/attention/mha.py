@@ -4,7 +4,8 @@ Sec. 3.2.2; the MHA sub-layer of SAN in NG-SAN Sec. 3.1-3.2):
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V,   heads concatenated and projected by W_O.
 
 The fused path uses ``torch.nn.functional.scaled_dot_product_attention``; ``need_weights=True`` takes an
-explicit path that also returns the attention weights (for visualisation). A query whose keys are all
+explicit path that also returns the attention weights (for visualisation), and so do queries/keys wider than
+the values (G-MHA's expansion), which SDPA's CPU kernel cannot fuse. A query whose keys are all
 masked gets zero weights and a zero attended value on both paths (what SDPA computes on the CPU).
 
 Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` (NSA normalises
@@ -25,6 +26,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities
 from vlattn.attention.cache import KVCache
+from vlattn.layers.grouped import xavier_
 
 
 def attention_logits_mask(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
@@ -57,22 +59,23 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if dims.d_model % dims.num_heads:
             raise ValueError(f"d_model {dims.d_model} is not divisible by num_heads {dims.num_heads}")
-        d_model = dims.d_model
         self.num_heads = dims.num_heads
-        self.d_head = d_model // dims.num_heads
-        self.out_dim = d_model
+        self.d_head = dims.d_model // dims.num_heads  # per-head width of the values
+        self.out_dim = dims.d_model
         self.dropout = dims.dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = self.projections(dims.d_model, options)
         for linear in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
+            xavier_(linear)
+
+    def projections(self, d_model: int, options: object) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+        """The query, key, value and output projections (modules with ``weight`` and ``bias``): dense
+        d -> d here; subclasses with options of their own (grouping) override it."""
+        linear = partial(nn.Linear, d_model, d_model)
+        return linear(), linear(), linear(), linear()
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, N, D) -> (B, H, N, d_k)."""
-        return x.unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+        """(B, N, H * d) -> (B, H, N, d) (queries/keys and values may have different head widths d)."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """(B, H, N, d_k) -> (B, N, D)."""
@@ -118,9 +121,10 @@ class MultiHeadAttention(nn.Module):
         k, v = project() if source is None else source.fetch(project)  # (B, H, Nk, d_k)
         attn_mask = attention_logits_mask(mask, add_bias(bias, self.logit_bias(query, key, context)))
         dropout = self.dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or q.shape[-1] != v.shape[-1]:
+            # (SDPA's CPU kernel fuses only equal query/value widths; its unfused fallback is ~2x slower than this)
             out, weights = scaled_dot_product_with_weights(q, k, v, attn_mask, dropout)
-            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights)
+            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights if need_weights else None)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)  # (B, H, Nq, d_k)
         return AttentionOutput(self.out_proj(self.merge_heads(out)), None)
 
@@ -135,7 +139,7 @@ def scaled_dot_product_with_weights(
     whose keys are all masked get zero weights (SDPA's CPU result), not NaN.
     """
     logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Nq, Nk)
-    weights = masked_softmax(apply_logits_mask(logits, attn_mask))  # (B, H, Nq, Nk)
+    weights = logits.softmax(-1) if attn_mask is None else masked_softmax(apply_logits_mask(logits, attn_mask))
     return F.dropout(weights, dropout) @ v, weights
 
 

@@ -22,7 +22,7 @@ from vlattn.errors import DataError
 def _check_entries(entries: Sequence[ImageEntry], store: FeatureStore, feature_dim: int | None) -> None:
     """Entries are non-empty and all present in ``store`` with the expected feature dimension."""
     if not entries:
-        raise DataError("no images given to the dataset", path=store.path)
+        raise DataError("no images given to the dataset (is the split empty in the Karpathy file?)")
     require_ids(store, (entry.image_id for entry in entries), feature_dim)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.text import tokenize
@@ -90,6 +90,14 @@ def load_karpathy(path: str | Path) -> list[ImageEntry]:
             raise DataError("duplicate image id", path=path, item=f"image {entry.image_id}")
         seen.add(entry.image_id)
     return entries
+
+
+def require_split(entries: Mapping[str, Sequence[ImageEntry]], split: str, path: object) -> None:
+    """Raise a :class:`DataError` naming the Karpathy file ``path`` when ``entries[split]`` is empty."""
+    if not entries.get(split):
+        present = [name for name in SPLITS if entries.get(name)]
+        has = f"it has {', '.join(present)}" if present else "it has no images"
+        raise DataError(f"no images in split {split!r} ({has})", path=path)
 
 
 def write_karpathy(path: str | Path, entries: list[ImageEntry]) -> None:

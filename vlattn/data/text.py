@@ -1,72 +1,70 @@
 """Caption text normalisation shared by vocabularies and the metrics' Python tokenizer.
 
-``tokenize`` reproduces, on caption text, what the COCO caption evaluation code (pycocoevalcap) produces:
-the Stanford PTB tokenizer run with ``-preserveLines -lowerCase``, then removal of the tokens in
-:data:`PTB_PUNCTUATION`. Its behaviour, quirks of the reference pipeline included:
+``tokenize`` gives, token for token, what the COCO caption evaluation code (pycocoevalcap) gives: the Stanford
+PTB tokenizer of ``stanford-corenlp-3.4.1.jar`` run with ``-preserveLines -lowerCase`` (re-implemented in
+:mod:`vlattn.data.ptb`), then pycocoevalcap's post-processing of each output line: ``line.rstrip().split(" ")``
+and removal of the tokens in :data:`PTB_PUNCTUATION`. Its behaviour, quirks of the reference pipeline included:
 
-- lowercase; curly quotes are treated as straight ones;
-- clitics are split off: ``dog's -> dog 's``, ``can't -> ca n't``, ``cannot -> can not``, ``gonna -> gon na``;
-- words keep their internal hyphens, slashes, apostrophes and periods (``black-and-white``, ``2/3``,
-  ``o'clock``, ``t.v``), numbers their internal commas and colons (``1,000``, ``10:30``);
-- a final period stays on acronyms, single letters and common abbreviations (``u.s.``, ``mr.``, ``etc.``)
-  and is split off (then removed) everywhere else;
+- lowercase; clitics are split off: ``dog's -> dog 's``, ``can't -> ca n't``, ``cannot -> can not``,
+  ``gonna -> gon na``; ``'90s``, ``'em``, ``'cause``, ``o'clock``, ``rock 'n' roll`` stay whole;
+- words keep their internal hyphens, slashes, apostrophes and periods (``black-and-white``, ``2/3``, ``t.v``),
+  numbers their internal commas and colons (``1,000``, ``10:30``); ``AT&T`` is one token, ``rock & roll`` three;
+- fractions: ``3 1/2`` is one token with a non-breaking space inside, ``½`` becomes ``1/2``;
+- a final period stays on acronyms and a list of abbreviations (``u.s.``, ``mr.``, ``etc.``);
 - brackets become ``-lrb- -rrb- -lsb- -rsb- -lcb- -rcb-`` and are *kept*: the COCO code's punctuation list
-  is upper case and so never matches the lower-cased bracket tokens;
-- symbols such as ``$ % & + * =`` become tokens of their own and are kept; runs of ``!``/``?`` (``!!``)
-  are one token and kept, as in the reference pipeline; all other punctuation is removed.
+  is upper case and so never matches the lower-cased bracket tokens; so are emoticons (``:-rrb-``);
+- dashes ``—``/``–``/``---`` become ``--`` (removed), five or more hyphens stay; ``£`` becomes ``#``, ``€`` ``$``;
+- symbols such as ``$ % & + * = #`` are tokens of their own and kept; runs of ``!``/``?`` (``!!``) are one
+  token and kept; characters outside the Basic Multilingual Plane (emoji) are deleted.
+
+``docs/tokenization.md`` lists where the Python path can still differ from the jar (exotic Unicode only).
 """
 
 from __future__ import annotations
 
-import re
+from typing import Sequence
+
+from vlattn.data.ptb import split_lines
 
 # The punctuation tokens removed by pycocoevalcap's PTBTokenizer after tokenisation.
 PTB_PUNCTUATION: frozenset[str] = frozenset(
     ["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--", "...", ";"]
 )
 
-_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\n": " ", "\t": " "})
-# Single characters the PTB tokenizer rewrites (straight double quotes become `` or '', both removed).
-_SYMBOLS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-", '"': "''"}
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st jr sr vs etc inc corp co ltd ave mt ft prof gen gov sgt capt lt col rev".split()
-)
-_SPLIT_WORDS = {"cannot": "can not", "gonna": "gon na", "wanna": "wan na", "gotta": "got ta"}
+# Characters the Stanford tokenizer treats as line breaks: inside a caption they would split it into two
+# output lines and shift every later caption onto the wrong image, so they are read as spaces.
+LINE_BREAKS = "\r\n\x0b\x0c\u2028\u2029"
+_ONE_LINE = str.maketrans({char: " " for char in LINE_BREAKS})
 
-_CLITIC = re.compile(r"(?<=\w)('s|'re|'ve|'ll|'d|'m|n't)\b")
-_SPLIT_WORD = re.compile(r"\b(" + "|".join(_SPLIT_WORDS) + r")\b")
-_TOKEN = re.compile(
-    r"""
-    (?P<bracket>-[lr][rsc]b-)
-    | (?P<clitic>'(?:s|re|ve|ll|d|m)\b)
-    | (?P<word>[#@]?\w+(?:(?:[-'./]|(?<=\d)[,:](?=\d))\w+)*)(?P<period>\.(?!\.))?
-    | (?P<ellipsis>\.\.\.+)
-    | (?P<bang>[!?]+)
-    | (?P<other>\S)
-    """,
-    re.VERBOSE,
-)
-_ACRONYM = re.compile(r"(?:[^\W\d_]\.)*[^\W\d_]")
+
+def one_line(text: str) -> str:
+    """``text`` with every character the Stanford tokenizer reads as a line break replaced by a space."""
+    return text.translate(_ONE_LINE)
+
+
+def finish_line(line: str) -> list[str]:
+    """pycocoevalcap's post-processing of one tokenizer output line: split on " ", drop punctuation tokens.
+
+    Tokens may hold non-breaking spaces (``1\\u00a01/2``), which this split keeps, as pycocoevalcap does.
+    """
+    return [word for word in line.rstrip().split(" ") if word and word not in PTB_PUNCTUATION]
+
+
+def ptb_lines(texts: Sequence[str]) -> list[str]:
+    """What ``PTBTokenizer -preserveLines -lowerCase`` prints for ``texts``, one caption per line.
+
+    The captions are tokenised as one stream, as the jar reads them (a few rules look past the end of a
+    line); line breaks inside a caption are first read as spaces (:func:`one_line`).
+    """
+    if not texts:
+        return []
+    lines = split_lines("".join(one_line(text) + "\n" for text in texts))
+    return [" ".join(tokens) for tokens in lines[: len(texts)]]
 
 
 def ptb_tokens(text: str) -> list[str]:
-    """Lowercased PTB-style tokens of ``text``, punctuation included (brackets as ``-lrb-`` etc.)."""
-    text = text.translate(_QUOTES).lower()
-    text = _SPLIT_WORD.sub(lambda m: _SPLIT_WORDS[m.group(1)], text)
-    text = _CLITIC.sub(r" \1", text)
-    tokens: list[str] = []
-    for match in _TOKEN.finditer(text):
-        word = match.group("word")
-        if word is None:
-            token = match.group(0)
-            tokens.append(_SYMBOLS.get(token, token))
-        elif match.group("period") and (_ACRONYM.fullmatch(word) or word in _ABBREVIATIONS):
-            tokens.append(word + ".")
-        else:
-            tokens.append(word)
-            if match.group("period"):
-                tokens.append(".")
-    return tokens
+    """Lower-cased PTB tokens of one caption, punctuation included (brackets as ``-lrb-`` etc.)."""
+    return split_lines(one_line(text) + "\n")[0]
 
 
 def tokenize(text: str) -> list[str]:
@@ -75,4 +73,4 @@ def tokenize(text: str) -> list[str]:
     >>> tokenize("A dog's toy, on the T.V. (left).")
     ['a', 'dog', "'s", 'toy', 'on', 'the', 't.v.', '-lrb-', 'left', '-rrb-']
     """
-    return [token for token in ptb_tokens(text) if token not in PTB_PUNCTUATION]
+    return finish_line(" ".join(ptb_tokens(text)))

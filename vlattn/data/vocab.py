@@ -61,6 +61,23 @@ class Vocabulary:
             words.append(self.itos[index])
         return " ".join(words)
 
+    @classmethod
+    def from_ordered(cls, words: Sequence[str], *, path: object = None) -> tuple["Vocabulary", list[int]]:
+        """A vocabulary holding another project's word table ``words`` (index order, its four special tokens
+        anywhere, e.g. torchtext's ``<unk> <pad> <bos> <eos>`` first), and ``order``: entry i of ours is
+        ``words[order[i]]`` — the row permutation that carries an embedding or output layer over."""
+        index: dict[str, int] = {}
+        for position, word in enumerate(words):
+            if word in index:
+                raise DataError(f"word {word!r} appears twice (entries {index[word]} and {position})", path=path)
+            index[word] = position
+        missing = [special for special in SPECIALS if special not in index]
+        if missing:
+            raise DataError(f"the word list lacks the special token(s) {', '.join(missing)}", path=path)
+        order = [index[special] for special in SPECIALS]
+        order += [position for position, word in enumerate(words) if word not in SPECIALS]
+        return cls([words[position] for position in order[len(SPECIALS) :]]), order
+
     def save(self, path: str | Path) -> None:
         """Write ``{"format", "itos"}`` JSON atomically."""
         write_json(path, {"format": FORMAT, "itos": self.itos})
@@ -88,3 +105,18 @@ def build_vocabulary(
     return Vocabulary.build(
         (caption for entry in entries if entry.split in wanted for caption in entry.captions), min_count=min_count
     )
+
+
+def read_word_list(path: str | Path) -> list[str]:
+    """A plain word list: one word per line in index order (UTF-8, LF or CRLF line ends)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read the word list: {err}", path=path) from None
+    for number, word in enumerate(lines, start=1):
+        if not word or any(c.isspace() for c in word):
+            raise DataError(f"line {number}: expected one word without spaces, got {word!r}", path=path)
+    if not lines:
+        raise DataError("the word list is empty", path=path)
+    return lines

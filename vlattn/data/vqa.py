@@ -8,24 +8,29 @@ Annotations (``v2_mscoco_<subtype>_annotations.json``): ``{"info", "data_type", 
 "answers": [{"answer", "answer_confidence", "answer_id"}] x 10}]}``.
 The answer vocabulary lives in :mod:`vlattn.data.vqa_answers`; the official answer normalisation and
 accuracy in :mod:`vlattn.metrics.vqa` (re-exported here).
+
+Questions are split into words as MCAN does (Yu et al. 2019, released ``core/data/data_utils.py``): lower
+case, the characters ``. , ' ! ? " ( ) * # : ;`` deleted, ``-`` and ``/`` replaced by spaces, split on
+whitespace (``"What's the man-made object?"`` -> ``whats the man made object``); the first
+``max_question_len`` (14) words are kept.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from vlattn.data.captioning import collate_regions
-from vlattn.data.features.base import FeatureStore
+from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.checks import require_ids
 from vlattn.data.regions import first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
-from vlattn.data.text import tokenize
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
@@ -35,17 +40,28 @@ __all__ = [
     "Annotation",
     "AnswerVocabulary",
     "Question",
+    "VQASplit",
     "VQADataset",
+    "build_question_vocabulary",
     "collate_vqa",
+    "encode_question",
     "load_annotations",
+    "load_split",
     "load_questions",
     "normalize_answer",
+    "question_tokens",
     "vqa_accuracy",
     "write_annotations",
     "write_questions",
 ]
 
 UNANSWERABLE = ("skip", "keep", "error")
+_QUESTION_DELETED = re.compile(r"[.,'!?\"()*#:;]")
+
+
+def question_tokens(text: str) -> list[str]:
+    """MCAN's question words (see the module docstring), not truncated."""
+    return _QUESTION_DELETED.sub("", text.lower()).replace("-", " ").replace("/", " ").split()
 _LICENSE = {"name": "unspecified", "url": ""}
 
 
@@ -79,7 +95,7 @@ def load_questions(path: str | Path) -> list[Question]:
         question_id = field(record, "question_id", int, path=path, item=f"questions[{index}]")
         where = f"question {question_id}"
         text = field(record, "question", str, path=path, item=where)
-        if not tokenize(text):
+        if not question_tokens(text):
             raise DataError("empty question", path=path, item=where)
         questions.append(Question(question_id, field(record, "image_id", int, path=path, item=where), text))
     return questions
@@ -148,14 +164,60 @@ def write_annotations(path: str | Path, annotations: Sequence[Annotation], *, da
     write_json(path, {**_header(data_subtype), "annotations": records})
 
 
+def build_question_vocabulary(questions: Iterable[Question], min_count: int = 1) -> Vocabulary:
+    """Words of :func:`question_tokens` over ``questions`` seen at least ``min_count`` times."""
+    return Vocabulary.build((question_tokens(q.question) for q in questions), min_count=min_count)
+
+
+@dataclass
+class VQASplit:
+    """The questions of one split, read from one or more files (e.g. MCAN's train+val), and their
+    annotations; ``annotations`` is None for a split without annotation files (VQA v2 test2015)."""
+
+    name: str
+    questions: list[Question]
+    annotations: dict[int, Annotation] | None
+    sources: list[Path]
+
+
+def load_split(name: str, question_files: Sequence[Path], annotation_files: Sequence[Path]) -> VQASplit:
+    """Questions of every file in ``question_files`` and the annotations of ``annotation_files`` (same order).
+
+    A split has annotations for all its files or for none (test); a question id appearing twice is an error.
+    """
+    present = [path.is_file() for path in annotation_files]
+    if any(present) and not all(present):
+        missing = annotation_files[present.index(False)]
+        raise DataError(f"annotation file missing for split {name!r} (other files of the split have one)", path=missing)
+    questions: list[Question] = []
+    seen: dict[int, Path] = {}
+    for path in question_files:
+        for question in load_questions(path):
+            if question.question_id in seen:
+                raise DataError(f"question id also in {seen[question.question_id]}", path=path,
+                                item=f"question {question.question_id}")
+            seen[question.question_id] = path
+            questions.append(question)
+    annotations = None
+    if all(present):
+        annotations = {}
+        for path in annotation_files:
+            annotations.update(load_annotations(path))
+    sources = list(annotation_files) if annotations is not None else list(question_files)
+    return VQASplit(name, questions, annotations, sources)
+
+
 class VQADataset(Dataset):
     """Questions joined with their annotations (optional, e.g. for test) and image regions.
 
-    Item: ``{"question_id", "image_id", "regions", "question"}`` (word indices, at most
-    ``max_question_len``) plus ``"target"`` (A,) float32 soft scores when annotations are given.
-    A question none of whose human answers is a candidate of ``answers`` is handled by
-    ``unanswerable``: ``"skip"`` drops it (usual for training), ``"keep"`` keeps it with an all-zero
-    target (honest evaluation), ``"error"`` raises. ``source`` names the annotation file in errors.
+    Item: ``{"question_id", "image_id", "regions", "question"}`` (word indices of
+    :func:`question_tokens`, at most ``max_question_len``) plus ``"target"`` (A,) float32 soft scores when
+    annotations are given. A question none of whose human answers is a candidate of ``answers`` is handled
+    by ``unanswerable``: ``"skip"`` drops it and counts it in :attr:`skipped` (usual for training),
+    ``"keep"`` keeps it with an all-zero target (honest evaluation: it scores what it scores), ``"error"``
+    raises. ``source`` names the annotation file in errors. Every image must be in the store (one error
+    names the missing ids). ``zero_image`` replaces every region's features and box by zeros (the
+    question-only ablation: the same model, no information from the image).
     """
 
     def __init__(
@@ -170,23 +232,30 @@ class VQADataset(Dataset):
         unanswerable: str = "skip",
         feature_dim: int | None = None,
         source: str | Path | None = None,
+        zero_image: bool = False,
     ) -> None:
         if unanswerable not in UNANSWERABLE:
             raise DataError(f"unanswerable must be one of {UNANSWERABLE}, got {unanswerable!r}")
         if (annotations is None) != (answers is None):
             raise DataError("annotations and an answer vocabulary go together")
         self.store, self.words, self.answers, self.source = store, words, answers, source
-        self.max_regions, self.max_question_len = max_regions, max_question_len
-        self.questions = [q for q in questions if self._keep(q, annotations, unanswerable)]
+        self.max_regions, self.max_question_len, self.zero_image = max_regions, max_question_len, zero_image
+        self.questions: list[Question] = []
+        self.targets: list[dict[int, float]] = []  # soft targets, computed once (with annotations)
+        for question in questions:
+            if annotations is None:
+                self.questions.append(question)
+            elif (scores := self._scores(question, annotations, unanswerable)) is not None:
+                self.questions.append(question)
+                self.targets.append(scores)
+        self.skipped = len(questions) - len(self.questions)
         if not self.questions:
-            raise DataError("no questions left for the dataset", path=store.path)
-        self.targets = None if annotations is None else [annotations[q.question_id].answers for q in self.questions]
-        require_ids(store, {q.image_id for q in self.questions}, feature_dim)
+            raise DataError("no questions left for the dataset", path=source or store.path)
+        require_ids(store, sorted({q.image_id for q in self.questions}), feature_dim)
 
-    def _keep(self, question: Question, annotations: dict[int, Annotation] | None, unanswerable: str) -> bool:
-        """Check ``question`` against its annotation; False when it is unanswerable and skipped."""
-        if annotations is None:
-            return True
+    def _scores(self, question: Question, annotations: dict[int, Annotation], unanswerable: str) -> dict[int, float] | None:
+        """The soft target of ``question`` ({answer index: score}), checked against its annotation; None when
+        it is unanswerable and skipped."""
         where = f"question {question.question_id}"
         annotation = annotations.get(question.question_id)
         if annotation is None:
@@ -195,30 +264,44 @@ class VQADataset(Dataset):
             mismatch = f"annotation image {annotation.image_id} != question image {question.image_id}"
             raise DataError(mismatch, path=self.source, item=where)
         assert self.answers is not None
-        if self.answers.soft_scores(annotation.answers) or unanswerable == "keep":
-            return True
+        scores = self.answers.soft_scores(annotation.answers)
+        if scores or unanswerable == "keep":
+            return scores
         if unanswerable == "error":
             unknown = sorted(set(annotation.answers))
             raise DataError(f"no human answer is in the answer vocabulary: {unknown}", path=self.source, item=where)
-        return False
+        return None
 
     def __len__(self) -> int:
         return len(self.questions)
+
+    def regions(self, image_id: int) -> RegionFeatures:
+        """The first ``max_regions`` regions of ``image_id`` (zeros with ``zero_image``)."""
+        regions = first_regions(self.store, image_id, self.max_regions)
+        if not self.zero_image:
+            return regions
+        return RegionFeatures(np.zeros_like(regions.features), np.zeros_like(regions.boxes), regions.width,
+                              regions.height)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         question = self.questions[index]
         item: dict[str, Any] = {
             "question_id": question.question_id,
             "image_id": question.image_id,
-            "regions": first_regions(self.store, question.image_id, self.max_regions),
-            "question": self.words.encode(tokenize(question.question), self.max_question_len),
+            "regions": self.regions(question.image_id),
+            "question": encode_question(self.words, question.question, self.max_question_len),
         }
-        if self.targets is not None and self.answers is not None:
+        if self.answers is not None:
             target = np.zeros(len(self.answers), dtype=np.float32)
-            for answer_index, score in self.answers.soft_scores(self.targets[index]).items():
+            for answer_index, score in self.targets[index].items():
                 target[answer_index] = score
             item["target"] = target
         return item
+
+
+def encode_question(words: Vocabulary, text: str, max_len: int) -> list[int]:
+    """Word indices of the first ``max_len`` of :func:`question_tokens` (unknown words -> UNK)."""
+    return words.encode(question_tokens(text), max_len)
 
 
 def collate_vqa(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:

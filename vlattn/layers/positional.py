@@ -1,5 +1,12 @@
-"""Sinusoidal positional encodings (Vaswani et al. 2017, Sec. 3.5):
-PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+"""Positional encodings of decoder tokens.
+
+- :class:`SinusoidalPositions` (Vaswani et al. 2017, Sec. 3.5):
+  PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); fixed, not saved.
+- :class:`PositionTable`: a frozen, *saved* table of ``max_positions + 1`` rows whose row 0 is reserved for
+  padding and whose position p (0 = the first input token, BOS) reads row p + 1 — the layout of the released
+  M2 code's ``nn.Embedding`` position table (see :mod:`vlattn.models.m2`). It starts as the sinusoidal
+  table of positions 0..max with row 0 zeroed; the released model-wide Xavier pass (``init: official``)
+  overwrites it, and an imported checkpoint brings its own rows.
 """
 
 from __future__ import annotations
@@ -12,9 +19,12 @@ from torch import Tensor, nn
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """The (length, d_model) table of sinusoidal encodings for positions 0..length-1."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]  # (L, 1)
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(length, d_model)
+    # computed on the CPU even inside a ``torch.device("meta")`` context (config validation builds models there;
+    # ``arange`` on the meta device would import torch._dynamo, seconds of start-up for every command)
+    cpu = torch.device("cpu")
+    position = torch.arange(length, dtype=torch.float32, device=cpu)[:, None]  # (L, 1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=cpu) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model, device=cpu)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
     return table
@@ -32,3 +42,20 @@ class SinusoidalPositions(nn.Module):
         if start + length > self.table.shape[0]:
             raise ValueError(f"position {start + length - 1} exceeds max_positions {self.table.shape[0]}")
         return self.table[start : start + length]
+
+
+class PositionTable(nn.Module):
+    """Frozen (no gradient) but saved encodings: ``forward(length, start=0)`` returns rows
+    start+1..start+length of the (max_positions + 1, d_model) buffer ``table`` (row 0: padding position)."""
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        table = sinusoidal_positions(max_positions + 1, d_model)
+        table[0] = 0.0
+        self.register_buffer("table", table)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        """Encodings of positions start..start+length-1, (length, d_model)."""
+        if start + length >= self.table.shape[0]:
+            raise ValueError(f"position {start + length - 1} exceeds max_positions {self.table.shape[0] - 1}")
+        return self.table[start + 1 : start + length + 1]

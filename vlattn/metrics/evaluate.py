@@ -12,7 +12,7 @@ import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from vlattn.errors import DataError
 from vlattn.metrics.bleu import Bleu
@@ -72,16 +72,19 @@ METRICS: dict[str, Callable[[Refs, Refs], tuple[Scores, PerImage]]] = {
 
 @dataclass
 class CaptionReport:
-    """``scores`` (Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr, SPICE as computed), ``unavailable`` (metric -> reason)
-    and ``per_image`` (metric -> one value per image of ``image_ids``; SPICE's are pycocoevalcap's score dicts)."""
+    """``scores`` (Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr, SPICE as computed), ``unavailable`` (metric -> reason),
+    ``per_image`` (metric -> one value per image of ``image_ids``; SPICE's are pycocoevalcap's score dicts) and
+    ``tokenizer`` (the PTB backend used; for Python, where it can differ from the jar, see
+    :meth:`vlattn.metrics.tokenizer.PTBTokenizer.describe`)."""
 
     scores: dict[str, float] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
     per_image: PerImage = field(default_factory=dict)
     image_ids: list[Hashable] = field(default_factory=list)
+    tokenizer: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, dict[str, float] | dict[str, str]]:
-        return {"scores": dict(self.scores), "unavailable": dict(self.unavailable)}
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {"scores": dict(self.scores), "unavailable": dict(self.unavailable), "tokenizer": dict(self.tokenizer)}
 
 
 def collapse_repeated_words(caption: str) -> str:
@@ -116,7 +119,7 @@ def evaluate_captions(
     if meteor is not None and meteor.available():
         meteor.start()  # its Java start-up (paraphrase table) overlaps the tokenisation and the other metrics
     try:
-        tok_gts, tok_res = _tokenize(gts, res, tokenizer_backend, collapse_repeats)
+        tok_gts, tok_res, tokenizer = _tokenize(gts, res, tokenizer_backend, collapse_repeats)
         runners = {**METRICS, "METEOR": functools.partial(_meteor, meteor=meteor)}
         results: dict[str, tuple[Scores, PerImage] | str] = {}
         for name in sorted(metrics, key=lambda m: m == "METEOR"):  # METEOR last: its start-up has had most time
@@ -127,7 +130,7 @@ def evaluate_captions(
     finally:
         if meteor is not None:
             meteor.close()
-    report = CaptionReport(image_ids=list(gts))
+    report = CaptionReport(image_ids=list(gts), tokenizer=tokenizer)
     for name in metrics:  # reported in the order asked for
         outcome = results[name]
         if isinstance(outcome, str):
@@ -140,16 +143,16 @@ def evaluate_captions(
 
 def _tokenize(
     gts: Mapping[int, Sequence[str]], res: Mapping[int, str], backend: str, collapse_repeats: bool
-) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """PTB-tokenised references and predictions (one tokenizer call for both)."""
-    tokens = PTBTokenizer(backend).tokenize(
-        {**{("gts", i): list(refs) for i, refs in gts.items()}, **{("res", i): [res[i]] for i in gts}}
-    )
+) -> tuple[dict[int, list[str]], dict[int, list[str]], dict[str, Any]]:
+    """PTB-tokenised references and predictions (one tokenizer call for both), and the tokenizer's description."""
+    tokenizer = PTBTokenizer(backend)
+    captions = {**{("gts", i): list(refs) for i, refs in gts.items()}, **{("res", i): [res[i]] for i in gts}}
+    tokens = tokenizer.tokenize(captions)
     tok_gts = {i: tokens[("gts", i)] for i in gts}
     tok_res = {i: tokens[("res", i)] for i in gts}
     if collapse_repeats:
         tok_res = {i: [collapse_repeated_words(c) for c in caps] for i, caps in tok_res.items()}
-    return tok_gts, tok_res
+    return tok_gts, tok_res, tokenizer.describe(text for texts in captions.values() for text in texts)
 
 
 def best_constant_caption(

@@ -1,5 +1,7 @@
 """Models and their registry of kinds (``ModelConfig.kind`` -> :class:`ModelKind`: the task the kind serves
-and its builder; captioners are built as ``build(cfg, vocab_size, pad_id)``).
+and its builder). Captioners are built as ``build(cfg, vocab_size, pad_id)``; VQA models as
+``build(cfg, num_words, num_answers, pad_id)``, map the inputs mapping to answer logits (B, A) and expose
+``word_embeddings`` (MCAN's come from the shared :class:`QuestionEncoder`).
 
 Builders validate everything they read (kind options, each site's mechanism, options and placement,
 feed-forward) with ``ConfigError``s naming the key; :func:`check_model_config` runs a builder on the meta
@@ -9,7 +11,8 @@ than the config's is refused when the config loads (:func:`model_kind`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +24,9 @@ from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
+from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.meshed import MeshedCrossAttention
+from vlattn.models.question import QuestionEncoder
 from vlattn.models.transformer import (
     ModelInputs,
     Parts,
@@ -45,6 +50,7 @@ MODELS: dict[str, ModelKind] = {
     "transformer": ModelKind("captioning", build_transformer),
     "m2": ModelKind("captioning", build_m2),
     "catt": ModelKind("captioning", build_catt),
+    "mcan": ModelKind("vqa", build_mcan),
 }
 
 
@@ -65,13 +71,43 @@ def build_captioner(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> nn.Mo
     return model_kind(cfg.kind, "captioning").build(cfg, vocab_size, pad_id)
 
 
-def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> None:
-    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights."""
-    with torch.device("meta"):
-        build_captioner(cfg, vocab_size)
+def build_vqa_model(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> nn.Module:
+    """Build the VQA model of kind ``cfg.kind``; unknown kinds list the valid ones."""
+    return model_kind(cfg.kind, "vqa").build(cfg, num_words, num_answers, pad_id)
+
+
+@contextlib.contextmanager
+def without_initialisation() -> Iterator[None]:
+    """Make every ``torch.nn.init`` function a no-op for the duration: weights built on the meta device have no
+    values to initialise, and running the initialisers there imports ``torch._dynamo`` (seconds of start-up
+    for every command that loads a config)."""
+    names = [name for name in dir(nn.init) if name.endswith("_") and not name.startswith("_")]
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
+def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device (its structure, no data)."""
+    with torch.device("meta"), without_initialisation():
+        return build_captioner(cfg, vocab_size)
+
+
+def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
+    """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
+    returns the model built on the meta device."""
+    with torch.device("meta"), without_initialisation():
+        return build_vqa_model(cfg, size, size)
 
 
 __all__ = [
+    "MCAN",
     "MODELS",
     "CattCaptioner",
     "ModelKind",
@@ -83,6 +119,7 @@ __all__ = [
     "MeshedCrossAttention",
     "ModelInputs",
     "Parts",
+    "QuestionEncoder",
     "TransformerCaptioner",
     "TransformerDecoder",
     "TransformerEncoder",
@@ -90,8 +127,11 @@ __all__ = [
     "build_captioner",
     "build_catt",
     "build_m2",
+    "build_mcan",
     "build_transformer",
+    "build_vqa_model",
     "check_model_config",
+    "check_vqa_model_config",
     "encoder_decoder",
     "model_kind",
 ]

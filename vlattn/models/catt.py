@@ -149,10 +149,11 @@ class CattDecoder(nn.Module):
     def hidden(
         self, tokens: Tensor, memories: Memories, cache: list[StreamCaches] | None = None, start: int = 0
     ) -> Tensor:
-        """Fused final states (B, T, F) of ``tokens`` (B, T) at positions start..start+T-1 (with ``cache``, only the
-        new positions)."""
-        length = tokens.shape[1]
-        y = self.dropout(self.embed(tokens) + self.positions(length, start))  # (B, T, d)
+        """Fused final states (B, T - start, F) of positions start..T-1 of the prefix ``tokens`` (B, T); positions
+        before ``start`` must already be in ``cache``."""
+        new = tokens[:, start:]  # (B, T')
+        length = new.shape[1]
+        y = self.dropout(self.embed(new) + self.positions(length, start))  # (B, T', d)
         s = self.dictionary()[None]  # (1, K, d)
         self_mask = causal_mask(length, start, tokens.device)
         cs_memories = {**memories, REGIONS: memories[CROSS_SAMPLE]}  # the CS stream's sites read [V_C]_E

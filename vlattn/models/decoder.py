@@ -93,7 +93,7 @@ class DecoderLayer(nn.Module):
         self, x: Tensor, memories: Memories, self_mask: Tensor | None, cache: LayerCache | None = None,
         self_memory: Tensor | None = None, self_context: AttentionContext = DECODER_SELF_CONTEXT,
     ) -> Tensor:
-        """``x`` (B, T, d), ``self_mask`` (T, t) or None.
+        """``x`` (B, T, d), ``self_mask`` bool (T, t), (B, 1, T, t) or None.
 
         ``self_memory`` (B|1, M, d): keys/values of the first sub-layer other than ``x`` (CATT's cross-sample stream:
         the word dictionary, or the cross-sample states of the same positions), attended with ``self_context``."""
@@ -107,11 +107,18 @@ class DecoderLayer(nn.Module):
 
 class TransformerDecoder(nn.Module):
     """``forward(tokens (B,T), memories) -> logits (B, T, V)``; ``positions(length, start)`` gives the
-    (length, d) position encodings (sinusoidal for the papers)."""
+    (length, d) position encodings (sinusoidal for the papers).
+
+    ``pad_id``: when given, tokens equal to it are never attended by decoder self-attention and their own
+    final states are zero (so their logits are the output bias: a uniform distribution without one) — the
+    released M2 code's query/key padding masks, which matter when a pad token is fed anywhere but after
+    the caption (e.g. chosen by beam search). None relies on padding following each caption: the causal
+    mask then hides it from every real position.
+    """
 
     def __init__(
         self, embed: nn.Embedding, positions: nn.Module, layers: Sequence[nn.Module], output: nn.Linear,
-        dropout: float,
+        dropout: float, pad_id: int | None = None,
     ) -> None:
         super().__init__()
         self.embed = embed
@@ -119,6 +126,7 @@ class TransformerDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(layers)
         self.output = output
+        self.pad_id = pad_id
 
     def new_cache(self) -> list[LayerCache]:
         """Empty per-layer caches for incremental decoding."""
@@ -127,17 +135,22 @@ class TransformerDecoder(nn.Module):
     def hidden(
         self, tokens: Tensor, memories: Memories, cache: list[LayerCache] | None = None, start: int = 0
     ) -> Tensor:
-        """Final-layer states (B, T, d) of ``tokens`` (B, T) at positions start..start+T-1.
+        """Final-layer states (B, T - start, d) of positions start..T-1 of the prefix ``tokens`` (B, T).
 
-        With ``cache``, ``tokens`` are only the new positions and earlier ones come from the cache.
-        Padding follows each caption, so the causal mask alone hides it from every real position.
+        Positions before ``start`` must already be in ``cache`` (incremental decoding passes the whole
+        prefix and ``start = T - 1``).
         """
-        length = tokens.shape[1]
-        x = self.dropout(self.embed(tokens) + self.positions(length, start))  # (B, T, d)
-        self_mask = causal_mask(length, start, tokens.device)
+        new = tokens[:, start:]  # (B, T')
+        length = new.shape[1]
+        x = self.dropout(self.embed(new) + self.positions(length, start))  # (B, T', d)
+        self_mask = causal_mask(length, start, tokens.device)  # (T', T) or None
+        real = None if self.pad_id is None else tokens != self.pad_id  # (B, T)
+        if real is not None:
+            keys = real[:, None, None, :]  # (B, 1, 1, T)
+            self_mask = keys if self_mask is None else self_mask & keys  # (B, 1, T', T)
         for i, layer in enumerate(self.layers):
             x = layer(x, memories, self_mask, None if cache is None else cache[i])
-        return x
+        return x if real is None else x * real[:, start:, None]
 
     def forward(self, tokens: Tensor, memories: Memories) -> Tensor:
         """Teacher-forced logits (B, T, V) for input ``tokens`` (B, T)."""

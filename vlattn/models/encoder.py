@@ -8,8 +8,15 @@ receives the boxes and builds one :class:`~vlattn.attention.AttentionContext` pe
 mask as the query mask and a :class:`~vlattn.layers.BoxGeometry` whose pairwise geometry is computed once and
 shared by every layer.
 
-The padding mask comes from ``region_mask`` (True = real region) and is applied to the keys of every layer;
-it is never recomputed from activations (the M2 anchor derives it after LayerNorm, so padding leaks in).
+The padding mask comes from ``region_mask`` (True = real region) and is applied to the keys of every layer.
+``released_padding = R`` instead reproduces the released M2 code: its data loader zero-pads every image to
+exactly R = 50 regions, and the encoder derives the mask from activations — a region is padding when its
+projected features (after the input LayerNorm) sum to exactly zero. A LayerNorm output sums to ~0 while the
+norm's bias is near its initial 0, so early in training rounding decides which rows (real ones included) are
+masked; once the bias has trained, no sum is zero, nothing is masked and the zero rows are attended like
+regions (their number therefore matters). The encoder zero-pads its input to R rows (more rows
+are kept as they are) and ignores ``region_mask``; the option exists to run the released model exactly as it
+was trained and evaluated.
 The stack returns the output of *every* layer, (B, L, N, d), for decoders that attend to all of them (M2).
 """
 
@@ -19,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, Site
@@ -66,17 +74,24 @@ class TransformerEncoder(nn.Module):
     """Region encoder: ``forward(features (B,N,D), boxes (B,N,4), region_mask (B,N))`` -> :class:`Memory`
     holding all layer outputs (B, L, N, d)."""
 
-    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module]) -> None:
+    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module], released_padding: int | None = None) -> None:
         super().__init__()
         self.input_proj = input_proj
         self.layers = nn.ModuleList(layers)
+        self.released_padding = released_padding
 
     def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, bias: Tensor | None = None) -> Memory:
         """``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2, ``region_mask`` bool (B, N)
-        True = real; ``bias`` added to every layer's self-attention logits."""
+        True = real (replaced by the released rule with ``released_padding``); ``bias`` added to every
+        layer's self-attention logits. The returned memory has max(N, ``released_padding``) rows."""
+        if self.released_padding is not None:
+            extra = max(0, self.released_padding - features.shape[1])
+            features, boxes = F.pad(features, (0, 0, 0, extra)), F.pad(boxes, (0, 0, 0, extra))  # (B, R, .)
+        x = self.input_proj(features)  # (B, N, d)
+        if self.released_padding is not None:
+            region_mask = x.sum(dim=-1) != 0  # (B, R)
         mask = region_mask[:, None, None, :]  # (B, 1, 1, N): padded regions are never attended to
         context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask))
-        x = self.input_proj(features)  # (B, N, d)
         outputs = []
         for layer in self.layers:
             x = layer(x, mask, context, bias)

@@ -17,12 +17,35 @@ supplementary Tables 6-7), assembled from the shared stacks:
 The numbers of encoder and decoder layers are free (Table 7); the official code hard-codes three gates and
 reads levels 0-2 only, silently ignoring any further encoder layer.
 
-Decoder positions are the sinusoidal encodings the paper describes (Sec. 4.2), not trainable and not saved.
-In the released code they are a *frozen random matrix*: the position table is an ``nn.Embedding`` built from
-the sinusoid table with ``freeze=True``, and the model-wide pass that re-initialises every parameter with
-more than one dimension by Xavier-uniform overwrites it (and the memory slots, see
-:mod:`vlattn.attention.memory`). That table (max_len + 1 = 55 rows x 512) is the only difference between
-its decoder parameter count and ours: 27,809,280 = 27,781,120 trainable + 28,160 frozen.
+The released code (aimagelab/meshed-memory-transformer) differs from the paper in four documented ways;
+each is an option whose default is the paper reading and whose ``official`` value reproduces the code
+exactly (``configs/m2-official.yaml`` sets them all; ``vlattn import-checkpoint --format m2-official``
+writes them into an imported model's config):
+
+- ``residual``: ``paper`` | ``official`` — where the meshed cross-attention's AddNorm sits (see
+  :mod:`vlattn.models.meshed`, beside Eq. 9). ``official`` also removes the two dropouts the released code
+  does not have: on the attention weights (every attention module) and on the summed word + position
+  embeddings. (The other dropouts are in the same places in both: after the input projection's ReLU, inside
+  the feed-forward after its ReLU, and on every sub-layer output before its residual.)
+- ``positions``: ``sinusoidal`` (Sec. 4.2; fixed, not saved) | ``table``: the released model's frozen
+  (max_positions + 1) x d table (55 x 512 there, ``max_positions: 54``), row 0 reserved for padding, the
+  first input token (BOS) at row 1. It is a saved buffer (no gradient, not counted as a parameter, in
+  ``model.safetensors``), so imported rows survive save/load. In the released code the table is built from
+  sinusoids and then overwritten by the model-wide Xavier pass, i.e. it is a frozen *random* matrix.
+- ``padding``: ``regions`` (``region_mask``; padded regions are never attended) | ``official``: as the
+  released data loader, every image is zero-padded to ``padded_regions`` (default 50) rows, and the encoder
+  derives its mask from ``sum(LayerNorm(x)) == 0`` after the input projection, which for a trained model
+  masks nothing (and at initialisation whichever rows rounding sums to exactly 0; see
+  :class:`~vlattn.models.encoder.TransformerEncoder`); the decoder masks pad tokens as
+  self-attention keys and zeroes their states (see :class:`~vlattn.models.decoder.TransformerDecoder`).
+- ``init``: ``paper`` | ``official``: after every module's own initialisation, Xavier-uniform on every
+  saved tensor with more than one dimension, as the released ``Transformer.init_weights`` (the word
+  embedding then has std ~0.014 instead of 1; the feed-forward, input projection and output layer lose
+  PyTorch's default Kaiming-uniform). The memory slots are drawn by the memory attention's own
+  ``init: official`` (Xavier over the released (1, m, d) layout), which this option therefore requires.
+
+Parameter count: the released table (55 x 512 = 28,160 values) is the only difference between its decoder
+count and ours: 27,809,280 = 27,781,120 trainable + 28,160 frozen.
 """
 
 from __future__ import annotations
@@ -31,9 +54,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from vlattn.attention import Site
-from vlattn.config import ModelConfig, parse_options
+from torch import nn
+
+from vlattn.attention import MemoryAugmentedAttention, Site
+from vlattn.config import ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
+from vlattn.layers import PositionTable, SinusoidalPositions
+from vlattn.models.init import xavier_saved_tensors
 from vlattn.models.meshed import MeshedCrossAttention
 from vlattn.models.transformer import Parts, TransformerCaptioner, encoder_decoder
 
@@ -43,6 +70,9 @@ CONNECTIVITY: dict[str, Callable[[int, int], list[int]]] = {
     "one_to_one": lambda layer, levels: [layer],
 }
 
+# positions -> decoder position module (d_model, max_positions)
+POSITIONS: dict[str, Callable[[int, int], nn.Module]] = {"sinusoidal": SinusoidalPositions, "table": PositionTable}
+
 
 @dataclass
 class M2Options:
@@ -50,6 +80,11 @@ class M2Options:
 
     connectivity: Literal["meshed", "one_to_one"] = "meshed"
     gating: Literal["sigmoid", "softmax"] = "sigmoid"
+    residual: Literal["paper", "official"] = "paper"
+    positions: Literal["sinusoidal", "table"] = "sinusoidal"
+    padding: Literal["regions", "official"] = "regions"
+    padded_regions: int = bounded(50, ge=1)
+    init: Literal["paper", "official"] = "paper"
 
 
 def m2_options(cfg: ModelConfig) -> M2Options:
@@ -62,6 +97,14 @@ def m2_options(cfg: ModelConfig) -> M2Options:
         )
     if cfg.encoder_layers < 1:
         raise ConfigError("model.encoder_layers: M2's meshed decoder needs at least one encoder layer")
+    encoder = cfg.encoder_self_attention
+    if options.init == "official" and encoder.name == "memory":
+        memory = parse_options(MemoryAugmentedAttention.Options, encoder.options, "model.encoder_self_attention.options")
+        if memory.init != "official":
+            raise ConfigError(
+                "model.options.init: official draws the memory slots as the released code does; set "
+                "model.encoder_self_attention.options.init: official too"
+            )
     return options
 
 
@@ -69,11 +112,23 @@ def build_m2(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerC
     """The M2 captioner described by ``cfg`` (see the module docstring for its options)."""
     options = m2_options(cfg)
     connect = CONNECTIVITY[options.connectivity]
-    parts = Parts(cfg)
+    released_dropout = 0.0 if options.residual == "official" else None  # no attention/embedding dropout
+    parts = Parts(cfg, attention_dropout=released_dropout)
 
     def meshed_site(layer: int) -> MeshedCrossAttention:
         levels = connect(layer, cfg.encoder_layers)
         attention = parts.attention("decoder_cross_attention", Site.CROSS)
-        return MeshedCrossAttention(attention, parts.norm(), cfg.d_model, levels, options.gating)
+        return MeshedCrossAttention(
+            attention, parts.norm(), cfg.d_model, levels, options.gating, residual=options.residual
+        )
 
-    return encoder_decoder(parts, vocab_size, pad_id, meshed_site)
+    model = encoder_decoder(
+        parts, vocab_size, pad_id, meshed_site,
+        positions=POSITIONS[options.positions](cfg.d_model, cfg.max_positions),
+        embed_dropout=released_dropout,
+        released_padding=options.padded_regions if options.padding == "official" else None,
+    )
+    if options.init == "official":
+        memories = [m for m in model.modules() if isinstance(m, MemoryAugmentedAttention)]
+        xavier_saved_tensors(model, skip=[p for m in memories for p in (m.memory_keys, m.memory_values)])
+    return model

@@ -14,9 +14,21 @@ The site plugs into :class:`~vlattn.models.decoder.TransformerDecoder` as its cr
 cache is one :class:`~vlattn.attention.cache.StaticKVCache` per level, so the keys/values of every level are
 projected once per image and follow the beams through ``reorder_state``.
 
-Residual placement: we follow Eq. 9 (one AddNorm around the gated sum; C is the bare attention of Eq. 7).
-The released code instead wraps *each* C(X_i, Y) in its own residual + LayerNorm (shared over levels), gates
-and sums those, and adds no AddNorm around the sum; the parameter count is the same.
+Residual placement (``residual``, a key of :data:`RESIDUALS`):
+
+- ``"paper"`` (default): Eq. 9 as written — C is the bare attention of Eq. 7, the gates see it, and one
+  AddNorm wraps the gated sum: Z = LayerNorm(Y + Dropout(M_mesh)).
+- ``"official"``: the released code (``MeshedDecoderLayer`` with its ``MultiHeadAttention`` wrapper, whose
+  LayerNorm and dropout live inside the attention module). Each level's cross-attention gets its own
+  residual + LayerNorm with the query, one LayerNorm shared by all levels, a fresh dropout mask per level:
+
+      C'_i  = LayerNorm(Y + Dropout(C(X_i, Y)))
+      alpha_i = sigmoid(W_i [Y; C'_i] + b_i)                                   (the gates see C'_i)
+      Z     = sum_i alpha_i * C'_i / sqrt(N)                                    (no outer AddNorm)
+
+  Z then enters the feed-forward's AddNorm directly. The parameters are the same (one LayerNorm per site),
+  so a state dict maps one to one; the released code also multiplies every sub-layer output by the
+  query padding mask, which :class:`~vlattn.models.decoder.TransformerDecoder` reproduces with ``pad_id``.
 """
 
 from __future__ import annotations
@@ -44,12 +56,13 @@ class MeshedCrossAttention(nn.Module):
 
     ``forward(x (B,T,d), memories, cache) -> (B,T,d)`` attends to the levels ``levels`` (indices into L) of
     ``memories[memory].states``; one gate projection W_i (2d -> d, with bias) per level; ``norm`` is the
-    outer AddNorm of Eq. 9.
+    AddNorm (x, y) -> (B,T,d): around the gated sum (``residual="paper"``, Eq. 9) or around each level's
+    attention (``"official"``, see the module docstring).
     """
 
     def __init__(
         self, attention: nn.Module, norm: nn.Module, d_model: int, levels: Sequence[int], gating: str = "sigmoid",
-        memory: str = "regions",
+        memory: str = "regions", residual: str = "paper",
     ) -> None:
         super().__init__()
         if not levels:
@@ -58,6 +71,7 @@ class MeshedCrossAttention(nn.Module):
         self.levels = tuple(levels)
         self.gating = gating
         self.memory = memory
+        self.residual = residual
         self.gate_proj = nn.ModuleList(nn.Linear(2 * d_model, d_model) for _ in self.levels)  # W_i, b_i
         for linear in self.gate_proj:
             nn.init.xavier_uniform_(linear.weight)
@@ -65,7 +79,7 @@ class MeshedCrossAttention(nn.Module):
         self.norm = norm
 
     def extra_repr(self) -> str:
-        return f"levels={self.levels}, gating={self.gating!r}"
+        return f"levels={self.levels}, gating={self.gating!r}, residual={self.residual!r}"
 
     def new_cache(self) -> list[StaticKVCache]:
         """One empty compute-once cache per connected level."""
@@ -92,8 +106,28 @@ class MeshedCrossAttention(nn.Module):
         )  # (N, B, T, d)
         return GATES[self.gating](logits)
 
+    def mesh(self, x: Tensor, attended: Tensor) -> Tensor:
+        """Eq. 6 with the gates of Eq. 8: sum_i alpha_i * attended_i / sqrt(N), (B, T, d)."""
+        return (self.gates(x, attended) * attended).sum(dim=0) / math.sqrt(len(self.levels))
+
     def forward(self, x: Tensor, memories: Memories, cache: list[StaticKVCache] | None = None) -> Tensor:
         """``x`` (B, T, d) -> (B, T, d)."""
         attended = self.attend(x, memories[self.memory], cache)  # (N, B, T, d)
-        meshed = (self.gates(x, attended) * attended).sum(dim=0) / math.sqrt(len(self.levels))  # (B, T, d)
-        return self.norm(x, meshed)
+        return RESIDUALS[self.residual](self, x, attended)
+
+
+def paper_residual(site: MeshedCrossAttention, x: Tensor, attended: Tensor) -> Tensor:
+    """Eq. 9: one AddNorm around the gated sum of the bare cross-attentions."""
+    return site.norm(x, site.mesh(x, attended))
+
+
+def official_residual(site: MeshedCrossAttention, x: Tensor, attended: Tensor) -> Tensor:
+    """The released code: AddNorm per level (shared norm, own dropout mask), gates over those, no outer norm."""
+    return site.mesh(x, site.norm(x[None], attended))  # norm: (1, B, T, d) + (N, B, T, d) -> (N, B, T, d)
+
+
+# residual placement -> (site, queries (B, T, d), attended (N, B, T, d)) -> (B, T, d)
+RESIDUALS: dict[str, Callable[[MeshedCrossAttention, Tensor, Tensor], Tensor]] = {
+    "paper": paper_residual,
+    "official": official_residual,
+}

@@ -1,9 +1,20 @@
 """Model profiling for ``vlattn profile``: trainable parameters, FLOPs of one XE training step and of one
-cached decoding step (``torch.utils.flop_counter.FlopCounterMode``), and measured latency.
+cached decoding step (``torch.utils.flop_counter.FlopCounterMode``; the fused CPU attention kernel counted
+through :data:`SDPA_CPU_FLOPS`), a model's backbone layers, and measured latency.
 
 Inputs are random tensors of the given shapes: ``batch`` images of ``regions`` x ``feature_dim`` features,
 captions of ``length`` tokens over a vocabulary of ``vocab`` ids. The model must implement
 ``forward(inputs, tokens)`` and ``encode``/``step``.
+
+The *backbone* is what the LW-Transformer paper counts (Table II, "#Params", "MAdds"): the encoder and
+decoder layers, without embeddings, input projection and output layer. Models that have one list its layers
+in ``backbone_layers()``; :func:`backbone_parameters` counts them and :func:`backbone_madds` measures their
+multiply-adds in one teacher-forced forward pass of one sample (:func:`backbone_madds_of`: during any forward
+pass, e.g. a VQA model answering one question).
+
+torch's counter has no formula for the fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``
+and its backward), so every count here adds the two attention products of SDPA (Q K^T and A V) through
+:data:`SDPA_CPU_FLOPS`.
 """
 
 from __future__ import annotations
@@ -15,7 +26,24 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+
+def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    """FLOPs of softmax(Q K^T) V: 2 B H Nq Nk (d_qk + d_v)."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    """FLOPs of the gradients of softmax(Q K^T) V with respect to Q, K and V."""
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# formulas torch's FlopCounterMode lacks (shape arguments in the op's order)
+SDPA_CPU_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flops,
+}
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -30,17 +58,47 @@ def trainable(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def random_batch(batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> dict[str, Tensor]:
-    """Random ``features`` (B, N, D), ``boxes`` (B, N, 4), all-real ``region_mask`` (B, N) and
-    ``tokens`` (B, length + 1)."""
-    generator = torch.Generator().manual_seed(0)
+def backbone_parameters(model: nn.Module) -> int | None:
+    """Trainable parameters of the model's ``backbone_layers()`` (None for models without a layer backbone)."""
+    if not hasattr(model, "backbone_layers"):
+        return None
+    return trainable(nn.ModuleList(model.backbone_layers()))
+
+
+def backbone_madds(model: nn.Module, regions: int, length: int, feature_dim: int, vocab: int) -> int | None:
+    """Multiply-adds (FLOPs / 2) of the backbone layers in one teacher-forced forward pass of one sample: the
+    encoder over ``regions`` regions, the decoder over ``length`` tokens (None without a layer backbone)."""
+    inputs = random_batch(1, regions, length, feature_dim, vocab)
+    return backbone_madds_of(model, lambda: model(inputs, inputs["tokens"][:, :length]))
+
+
+def backbone_madds_of(model: nn.Module, run: Callable[[], object]) -> int | None:
+    """Multiply-adds (FLOPs / 2) of the model's ``backbone_layers()`` during ``run()`` (None without them)."""
+    if not hasattr(model, "backbone_layers"):
+        return None
+    names = {id(module): name for name, module in model.named_modules()}
+    layers = {f"{type(model).__name__}.{names[id(layer)]}" for layer in model.backbone_layers()}
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
+        run()
+    counts = counter.get_flop_counts()
+    return sum(sum(counts[name].values()) for name in layers) // 2
+
+
+def random_regions(batch: int, regions: int, feature_dim: int, generator: torch.Generator) -> dict[str, Tensor]:
+    """Random ``features`` (B, N, D), ``boxes`` (B, N, 4) and all-real ``region_mask`` (B, N)."""
     corner = torch.rand(batch, regions, 2, generator=generator) * 100
     return {
         "features": torch.randn(batch, regions, feature_dim, generator=generator),
         "boxes": torch.cat([corner, corner + 1 + torch.rand(batch, regions, 2, generator=generator) * 100], dim=-1),
         "region_mask": torch.ones(batch, regions, dtype=torch.bool),
-        "tokens": torch.randint(4, vocab, (batch, length + 1), generator=generator),
     }
+
+
+def random_batch(batch: int, regions: int, length: int, feature_dim: int, vocab: int) -> dict[str, Tensor]:
+    """:func:`random_regions` and ``tokens`` (B, length + 1)."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = random_regions(batch, regions, feature_dim, generator)
+    return {**inputs, "tokens": torch.randint(4, vocab, (batch, length + 1), generator=generator)}
 
 
 def train_step(model: nn.Module, inputs: dict[str, Tensor]) -> None:
@@ -70,7 +128,7 @@ def decode_step(model: nn.Module, inputs: dict[str, Tensor]) -> Callable[[], Non
 
 def count_flops(run: Callable[[], None]) -> int:
     """Total FLOPs of ``run()``."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
         run()
     return counter.get_total_flops()
 
@@ -94,7 +152,12 @@ def latency(
     """Median wall-clock milliseconds of one training step and one decoding step (the latter including a
     copy of the warm decoding state) over ``repeats`` interleaved runs."""
     inputs = random_batch(batch, regions, length, feature_dim, vocab)
-    runs = {"train_step_ms": lambda: train_step(model, inputs), "decode_step_ms": decode_step(model, inputs)}
+    return latency_of({"train_step_ms": lambda: train_step(model, inputs), "decode_step_ms": decode_step(model, inputs)},
+                      repeats)
+
+
+def latency_of(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall-clock milliseconds of each run over ``repeats`` interleaved runs."""
     return {name: statistics.median(times) for name, times in time_interleaved(runs, repeats).items()}
 
 
@@ -114,10 +177,17 @@ def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dic
 
 def format_profile(report: dict) -> str:
     """Human-readable table of a profile report (``model``, ``shapes``, ``threads``, ``parameters``, ``flops``,
-    ``latency_ms``), as ``vlattn profile`` prints it."""
+    ``latency_ms``, optionally ``backbone``: ``parameters`` and ``madds_per_sample``), as ``vlattn profile``
+    prints it."""
     shapes = ", ".join(f"{k}={v}" for k, v in report["shapes"].items())
     lines = [f"{report['model']} ({shapes}; {report['threads']} threads)", "trainable parameters:"]
-    lines += [f"  {name:<12} {count:>14,}" for name, count in report["parameters"].items()]
+    lines += [f"  {name:<16} {count:>14,}" for name, count in report["parameters"].items()]
+    backbone = report.get("backbone") or {}
+    if backbone.get("parameters") is not None:
+        lines.append("backbone (encoder + decoder layers; no embeddings, input projection, output layer):")
+        lines.append(f"  {'parameters':<12} {backbone['parameters']:>14,}")
+        lines.append(f"  {'MAdds':<12} {backbone['madds_per_sample'] / 1e9:>14.3f} G  (forward, one sample: "
+                     f"{report['shapes']['regions']} regions, {report['shapes']['length']} tokens)")
     lines.append("FLOPs:")
     lines += [f"  {name:<12} {count / 1e9:>14.3f} G" for name, count in report["flops"].items()]
     lines.append("latency (median):")

@@ -79,7 +79,7 @@ class TransformerCaptioner(nn.Module):
     def step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), and the state."""
         if state.cache is not None:
-            hidden = self.decoder.hidden(tokens[:, -1:], state.memories, state.cache, tokens.shape[1] - 1)
+            hidden = self.decoder.hidden(tokens, state.memories, state.cache, tokens.shape[1] - 1)
         else:
             hidden = self.decoder.hidden(tokens, state.memories)
         return self.decoder.output(hidden[:, -1]).log_softmax(dim=-1), state
@@ -88,20 +88,32 @@ class TransformerCaptioner(nn.Module):
         """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
         return reorder_state(state, index)
 
+    def backbone_layers(self) -> list[nn.Module]:
+        """The encoder and decoder layers: what the LW-Transformer paper counts (no embeddings, input
+        projection or output layer)."""
+        return [*self.encoder.layers, *self.decoder.layers]
+
 
 @dataclass
 class Parts:
     """Builds the parts of a Transformer-family model from ``cfg``: each site's attention (validated against
-    the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms."""
+    the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms.
+    ``attention_dropout``: dropout on the attention weights (default ``cfg.dropout``)."""
 
     cfg: ModelConfig
     use_cache: bool = True
+    attention_dropout: float | None = None
+
+    @property
+    def dropout(self) -> float:
+        """The attention dropout: ``attention_dropout`` when set, else the model's dropout."""
+        return self.cfg.dropout if self.attention_dropout is None else self.attention_dropout
 
     def check(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
               query_dim: int | None = None, key_dim: int | None = None) -> None:
         """Refuse the mechanism of ``model.<site_key>`` at a site of kind ``site`` unless its capabilities allow it."""
         spec, cfg = getattr(self.cfg, site_key), self.cfg
-        dims = AttentionDims(cfg.d_model, cfg.num_heads, cfg.dropout, query_dim, key_dim)
+        dims = AttentionDims(cfg.d_model, cfg.num_heads, self.dropout, query_dim, key_dim)
         check_placement(spec.name, dims, site=site, where=f"model.{site_key}", has_geometry=has_geometry, cached=cached)
 
     def attention(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
@@ -111,7 +123,7 @@ class Parts:
         self.check(site_key, site, has_geometry=has_geometry, cached=cached, query_dim=query_dim, key_dim=key_dim)
         spec, cfg, where = getattr(self.cfg, site_key), self.cfg, f"model.{site_key}"
         module = build_attention(
-            spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=cfg.dropout, query_dim=query_dim,
+            spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=self.dropout, query_dim=query_dim,
             key_dim=key_dim, options=spec.options, where=where,
         )
         if module.out_dim != cfg.d_model:
@@ -162,17 +174,24 @@ def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> Tra
 
 
 def encoder_decoder(
-    parts: Parts, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module],
-    positions: nn.Module | None = None,
+    parts: Parts, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module], *,
+    positions: nn.Module | None = None, embed_dropout: float | None = None, released_padding: int | None = None,
 ) -> TransformerCaptioner:
     """Encoder and decoder stacks of ``parts.cfg`` with the cross-attention site of decoder layer i from
-    ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2) and sinusoidal
-    positions unless ``positions`` is given."""
+    ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2).
+
+    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: dropout on the
+    summed word and position embeddings (default ``cfg.dropout``); ``released_padding``: the released M2
+    code's padding rules — regions zero-padded to this many and masked from activations, decoder pad tokens
+    masked (see :class:`~vlattn.models.encoder.TransformerEncoder` and
+    :class:`~vlattn.models.decoder.TransformerDecoder`); None = the region mask.
+    """
     cfg = parts.cfg
     input_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     encoder = TransformerEncoder(
         region_projection(input_dim, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
+        released_padding=released_padding,
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
     layers = parts.decoder_layers(make_cross_site)
@@ -180,5 +199,6 @@ def encoder_decoder(
     if cfg.tie_embeddings:
         output.weight = embed.weight
     positions = positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions)
-    decoder = TransformerDecoder(embed, positions, layers, output, cfg.dropout)
+    dropout = cfg.dropout if embed_dropout is None else embed_dropout
+    decoder = TransformerDecoder(embed, positions, layers, output, dropout, None if released_padding is None else pad_id)
     return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)

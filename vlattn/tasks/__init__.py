@@ -13,10 +13,11 @@ from vlattn.config import Config, lookup
 from vlattn.errors import ConfigError
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioning import CAPTIONING
+from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.stage import Stage, run_stage
 
-TASKS: dict[str, Task] = {"captioning": CAPTIONING}
+TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
 
 
 def task_of(name: str) -> Task:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from vlattn.config import Config
+from vlattn.config import Config, ModelConfig
+from vlattn.errors import ConfigError
 from vlattn.training.checkpoint import Checkpoint
 from vlattn.training.stage import Stage
 
@@ -33,13 +34,15 @@ class EvalRequest:
 @dataclass(frozen=True)
 class ProfileShapes:
     """Input shapes of ``vlattn profile``: ``batch`` images of ``regions`` regions, token sequences of
-    ``length`` over ``vocab_size`` words; latency is the median of ``repeats`` runs."""
+    ``length`` over ``vocab_size`` words, ``answers`` candidate answers (VQA); latency is the median of
+    ``repeats`` runs. Each task has its own defaults (:attr:`Task.profile_shapes`)."""
 
-    batch: int
-    regions: int
-    length: int
-    vocab_size: int
-    repeats: int
+    batch: int = 10
+    regions: int = 50
+    length: int = 20
+    vocab_size: int = 10201
+    repeats: int = 5
+    answers: int = 3129
 
 
 class Task(Protocol):
@@ -50,11 +53,13 @@ class Task(Protocol):
       kind's task, each stage's schedule) are done by :mod:`vlattn.validation`.
     - ``evaluate(checkpoint, request)``: score a trained model on a split, write predictions and metrics under
       :func:`output_dir`, return a JSON-able report; ``format_report`` renders it as a table.
-    - ``profile(cfg, shapes)``: parameters, FLOPs and latency of the config's model (a JSON-able report).
+    - ``profile(cfg, shapes)``: parameters, FLOPs and latency of the config's model (a JSON-able report);
+      ``profile_shapes`` are the input shapes ``vlattn profile`` uses for the options not given.
     """
 
     name: str
     stages: Mapping[str, Stage]
+    profile_shapes: ProfileShapes
 
     def check(self, cfg: Config) -> None: ...
 
@@ -70,3 +75,12 @@ def output_dir(checkpoint: Checkpoint) -> Path:
     ``CHECKPOINT/eval``."""
     parent = checkpoint.path.parent
     return (parent.parent if parent.name == "checkpoints" else checkpoint.path) / "eval"
+
+
+def check_feature_dim(cfg: ModelConfig, store_dim: int | None) -> None:
+    """A ``ConfigError`` when the model's ``feature_dim`` is not the feature store's (when known)."""
+    if store_dim is not None and store_dim != cfg.feature_dim:
+        raise ConfigError(
+            f"model.feature_dim={cfg.feature_dim} but the feature store holds {store_dim}-d regions; "
+            f"set --set model.feature_dim={store_dim}"
+        )

@@ -6,9 +6,11 @@ Data: a Karpathy split file and a feature store under ``data.root`` (:class:`Cap
 CIDEr-D):
 
 - ``xe``: cross-entropy with teacher forcing (NG-SAN Sec. 5.1, M2 Sec. 3.3); ``train.schedule``,
-  ``train.epochs``, ``train.batch_size``; ``--init`` optionally warm-starts from other weights;
+  ``train.epochs``, ``train.patience``, ``train.batch_size``, ``train.adam_betas``; ``--init`` optionally
+  warm-starts from other weights;
 - ``scst``: self-critical sequence training on the CIDEr-D reward (M2 Sec. 3.3, Eq. 10), from ``--init``
-  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_batch_size``.
+  weights; ``train.scst_schedule``, ``train.scst_epochs``, ``train.scst_patience``, ``train.scst_batch_size``,
+  ``train.scst_adam_betas`` (default ``train.adam_betas``), ``train.scst_loss_normalise``.
 
 The reward's CIDEr-D document frequencies come from the training references and are cached next to the data
 (``<data root>/cache/cider_df_<mode>.npz``), rebuilt automatically when the references, the tokenisation or
@@ -36,7 +38,7 @@ from vlattn.data.bias import bias_source
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
-from vlattn.data.karpathy import ImageEntry, load_karpathy
+from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import beam_search, greedy_decode
@@ -45,13 +47,21 @@ from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.models import build_captioner, check_model_config
-from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
-from vlattn.tasks.base import EvalRequest, ProfileShapes, output_dir
+from vlattn.models.profile import (
+    backbone_madds,
+    backbone_parameters,
+    count_parameters,
+    flops_decode_step,
+    flops_train_step,
+    latency,
+)
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
+from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 from vlattn.training.xe import xe_objective
 
@@ -102,7 +112,7 @@ class CaptionData:
         word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
         return PrepareResources(
             seed=seed, regions=regions, word_counts=word_counts, data_root=self.root,
-            word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
+            word_embeddings=None if embeddings is None else embeddings.weight.detach(),
         )
 
 
@@ -123,11 +133,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
-    if store_dim is not None and store_dim != cfg.model.feature_dim:
-        raise ConfigError(
-            f"model.feature_dim={cfg.model.feature_dim} but the feature store holds {store_dim}-d regions; "
-            f"set --set model.feature_dim={store_dim}"
-        )
+    check_feature_dim(cfg.model, store_dim)
     return build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
 
 
@@ -258,6 +264,7 @@ def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Obj
         baseline=cfg.train.scst_baseline,
         num_samples=cfg.train.scst_samples,
         max_len=cfg.eval.max_len,
+        normalise=cfg.train.scst_loss_normalise,
     )
 
 
@@ -271,6 +278,7 @@ XE: Stage[CaptionData] = Stage(
     collate=collate_train,
     validator=make_validator,
     selection_metric="CIDEr",
+    lr_scaling=True,
 )
 
 SCST: Stage[CaptionData] = dataclasses.replace(
@@ -283,7 +291,10 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     schedule="train.scst_schedule",
     epochs="train.scst_epochs",
     batch_size="train.scst_batch_size",
+    patience="train.scst_patience",
+    adam_betas="train.scst_adam_betas",
     needs_init=True,
+    lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
 )
 
 
@@ -308,6 +319,17 @@ def _decode(
     )
 
 
+def check_beam_size(beam_size: int | None, cfg: Config, vocab: Vocabulary) -> int:
+    """``beam_size`` (default: ``eval.beam_size`` of ``cfg``), between 1 and the vocabulary size."""
+    beam = beam_size if beam_size is not None else cfg.eval.beam_size
+    name = "--beam-size" if beam_size is not None else "eval.beam_size of the checkpoint's config"
+    if beam < 1:
+        raise ConfigError(f"{name} must be at least 1 (1 = greedy), got {beam}")
+    if beam > len(vocab):
+        raise ConfigError(f"{name} is {beam}, more than the {len(vocab)} words of the vocabulary")
+    return beam
+
+
 def caption(
     checkpoint_path: str | Path,
     features: str | Path,
@@ -322,6 +344,7 @@ def caption(
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
+    beam = check_beam_size(beam_size, cfg, vocab)
     store = open_store(features)
     wanted = ids if ids is not None else store.ids()
     missing = [i for i in wanted if i not in store]
@@ -330,7 +353,6 @@ def caption(
     dev = pick_device(device)
     model = _load_model(checkpoint, vocab, store.dim, dev)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
-    beam = beam_size if beam_size is not None else cfg.eval.beam_size
     predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
 
@@ -340,10 +362,12 @@ class Captioning:
 
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
     def check(self, cfg: Config) -> None:
-        """Build the captioner on the meta device (every model option, site and mechanism is checked)."""
-        check_model_config(cfg.model)
+        """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
+        ``train.lr_scaling`` against it."""
+        lr_scale(cfg.train.lr_scaling, check_model_config(cfg.model))
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Decode ``request.split`` (default ``test``) with beam search, score it, write predictions and metrics
@@ -352,14 +376,15 @@ class Captioning:
         split = request.split or "test"
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
-        dev = pick_device(request.device)
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         vocab = checkpoint.vocabulary("words", Vocabulary.load)
+        beam = check_beam_size(request.beam_size, cfg, vocab)
+        dev = pick_device(request.device)
         data = load_caption_data(cfg.data, vocab)
-        if split not in data.entries:
-            raise DataError(f"unknown split {split!r}; valid: {', '.join(data.entries)}")
+        require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
         model = _load_model(checkpoint, vocab, data.store.dim, dev)
         dataset = data.eval_set(split)
-        beam = request.beam_size if request.beam_size is not None else cfg.eval.beam_size
         predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
         references = references_of(dataset)
         scores = score_predictions(predictions, references, collapse_repeats=cfg.eval.collapse_repeats)
@@ -374,6 +399,7 @@ class Captioning:
         report = {
             "split": split,
             "checkpoint": str(checkpoint.path),
+            "data_root": str(Path(cfg.data.root).resolve()),
             "images": len(predictions),
             "beam_size": beam,
             "max_len": cfg.eval.max_len,
@@ -397,13 +423,23 @@ class Captioning:
             hallucinated = ", ".join(f"{obj} {n}" for obj, n in bias["hallucinated"].items()) or "none"
             lines.append(f"  A@Attr by object ({bias['lexicon']} lexicon): {by_object or 'no colour-object pairs'}")
             lines.append(f"  hallucinated objects: {hallucinated}")
+        tokenizer = report.get("tokenizer", {})
+        if tokenizer.get("backend") == "python":
+            lines.append(f"  tokenizer: Python PTB ({tokenizer['differences']}); "
+                         f"{tokenizer['captions_that_may_differ']} captions hold such text")
         return "\n".join(lines)
 
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
-        """Parameters (total, per top-level module), FLOPs of a training and a decoding step, and latency."""
+        """Parameters (total, per top-level module, backbone), FLOPs of a training and a decoding step, backbone
+        multiply-adds per sample (encoder over ``regions``, decoder over ``length``), and latency."""
+        if shapes.length + 1 > cfg.model.max_positions:
+            raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
+                              f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
         model = build_captioner(cfg.model, shapes.vocab_size)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,
                      feature_dim=cfg.model.feature_dim, vocab=shapes.vocab_size)
+        model.eval()
+        madds = backbone_madds(model, shapes.regions, shapes.length, cfg.model.feature_dim, shapes.vocab_size)
         model.train()
         train_flops = flops_train_step(model, **sizes)
         model.eval()
@@ -414,6 +450,7 @@ class Captioning:
             "shapes": sizes,
             "threads": torch.get_num_threads(),
             "parameters": count_parameters(model),
+            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
             "flops": {"train_step": train_flops, "decode_step": decode_flops},
             "latency_ms": latency(model, repeats=shapes.repeats, **sizes),
         }

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from vlattn.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -40,14 +42,34 @@ def init_distributed(device: torch.device) -> DistContext:
 
 
 def pick_device(name: str = "auto", ctx: DistContext | None = None) -> torch.device:
-    """``auto`` -> the local GPU when present (``cuda:LOCAL_RANK``), else CPU."""
+    """``auto`` -> the local GPU when present (``cuda:LOCAL_RANK``), else CPU; a named device must exist here
+    (a :class:`~vlattn.errors.ConfigError` otherwise)."""
     if name != "auto":
-        return torch.device(name)
+        return _check_device(name)
     if torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0")) if ctx is None else ctx.local_rank
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def _check_device(name: str) -> torch.device:
+    """``torch.device(name)`` if this machine has it (cpu, cuda, cuda:N, mps)."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r} is not a device; use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError(f"--device {name}: CUDA is not available ({why}); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA devices (cuda:0..)")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {name}: unsupported device type {device.type!r}; use cpu, cuda, cuda:N or auto")
+    return device
 
 
 def average_gradients(model: torch.nn.Module, ctx: DistContext) -> None:
@@ -72,3 +94,12 @@ def broadcast_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
         return
     for tensor in list(model.parameters()) + list(model.buffers()):
         dist.broadcast(tensor.data, src=0)
+
+
+def broadcast_int(value: int, ctx: DistContext, device: torch.device) -> int:
+    """Rank 0's ``value`` on every rank (decisions only rank 0 can take, e.g. after its validation)."""
+    if ctx.world_size <= 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    dist.broadcast(tensor, src=0)
+    return int(tensor.item())

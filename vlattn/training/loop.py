@@ -4,7 +4,9 @@ The loop knows nothing about the loss: an *objective* maps ``(model, batch)`` to
 about the task, its config or its vocabularies: a *validator* maps the model to metrics (the
 ``selection_metric`` among them picks the ``best`` checkpoint, higher is better) and checkpoints are
 written by a :data:`CheckpointWriter` callback. It owns the data order, the learning-rate schedule,
-gradient averaging/clipping, validation, the choice of best/last checkpoints and resuming.
+gradient averaging/clipping, validation, the choice of best/last checkpoints, early stopping (``patience``:
+the stage ends after that many validated epochs without a better selection metric, as the released M2
+``train.py`` does with 5) and resuming.
 
 Reproducible resume: every epoch's order is a permutation drawn from ``seed + epoch`` (independent of
 the global RNG), DataLoader worker seeds come from a dedicated generator, validation runs under
@@ -27,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from vlattn.errors import VlattnError
-from vlattn.training.distributed import DistContext, average_gradients
+from vlattn.training.distributed import DistContext, average_gradients, broadcast_int
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
 
@@ -75,6 +77,7 @@ class LoopOptions:
     checkpoint_every: int = 0
     max_steps: int = 0
     num_workers: int = 0
+    patience: int = 0  # stop after this many epochs without a better selection metric (0: never)
 
 
 @dataclass
@@ -85,9 +88,11 @@ class LoopState:
     batch_in_epoch: int = 0
     step: int = 0
     best_score: float = -math.inf
+    stale_epochs: int = 0  # validated epochs since the best one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_score": self.best_score}
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step,
+                "best_score": self.best_score, "stale_epochs": self.stale_epochs}
 
 
 def _rng_state() -> dict[str, Any]:
@@ -171,7 +176,8 @@ class Trainer:
                 f"cannot resume stage {self.options.stage!r} from a checkpoint of stage {train_state.get('stage')!r}"
             )
         loop = train_state["loop"]
-        self.state = LoopState(int(loop["epoch"]), int(loop["batch_in_epoch"]), int(loop["step"]), float(loop["best_score"]))
+        self.state = LoopState(int(loop["epoch"]), int(loop["batch_in_epoch"]), int(loop["step"]),
+                               float(loop["best_score"]), int(loop.get("stale_epochs", 0)))
         settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         try:
             self.optimizer.load_state_dict(train_state["optimizer"])
@@ -228,6 +234,8 @@ class Trainer:
         improved = score > self.state.best_score
         if improved:
             self.state.best_score = score
+        stale = 0 if improved else self.state.stale_epochs + 1
+        self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
         self.state.epoch += 1
         self.state.batch_in_epoch = 0
         self.save("last")
@@ -238,6 +246,9 @@ class Trainer:
     def _done(self) -> bool:
         return self.options.max_steps > 0 and self.state.step >= self.options.max_steps
 
+    def _out_of_patience(self) -> bool:
+        return 0 < self.options.patience <= self.state.stale_epochs
+
     def fit(self) -> dict[str, float]:
         """Train until ``epochs`` are done; returns the last validation metrics.
 
@@ -246,7 +257,7 @@ class Trainer:
         """
         last_metrics: dict[str, float] = {}
         quiet = not sys.stderr.isatty() or not self.ctx.is_main
-        while self.state.epoch < self.options.epochs and not self._done():
+        while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
             loader = self._loader(self.state.epoch, self.state.batch_in_epoch)
             bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}", disable=quiet)
             for batch in bar:
@@ -260,5 +271,8 @@ class Trainer:
                 if self._done():
                     break
             last_metrics = self._end_epoch()
+        if self._out_of_patience():
+            self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
+                           reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")
         self.log.close()
         return last_metrics

@@ -49,6 +49,8 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [group for group in groups if group["params"]]
 
 
-def build_optimizer(model: nn.Module, betas: tuple[float, float], weight_decay: float = 0.0) -> Adam:
+def build_optimizer(
+    model: nn.Module, betas: tuple[float, float], weight_decay: float = 0.0, eps: float = 1e-8
+) -> Adam:
     """Adam over :func:`parameter_groups` (the learning rate is set by the schedule before every step)."""
-    return Adam(parameter_groups(model, weight_decay), lr=0.0, betas=betas, weight_decay=0.0)
+    return Adam(parameter_groups(model, weight_decay), lr=0.0, betas=betas, eps=eps, weight_decay=0.0)

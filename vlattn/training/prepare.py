@@ -3,7 +3,7 @@ k-means over the training set: CATT paper Sec. 3.2, after Eq. 7).
 
 A module that needs data to initialise itself defines::
 
-    def prepare(self, resources: PrepareResources) -> None:
+    def prepare(self, resources: PrepareResources) -> str | None:
         centroids = kmeans(resources.regions.sample(100_000, resources.generator), ...)
         self.dictionary.copy_(centroids)
 
@@ -14,6 +14,7 @@ load weights that already hold its result. Hence the rules for a hook:
 
 - write the result into parameters or persistent buffers (so it is saved in every checkpoint and broadcast
   to the other ranks; the hook runs on the main process only), under ``torch.no_grad()`` (the caller's);
+- optionally return a short note for the run log (what was done, e.g. how many words had a vector);
 - draw randomness only from ``resources.generator``: it is seeded from the run's seed and the module's
   name, so the result is deterministic for a seed and independent of other modules. The global RNG is
   restored afterwards, so the training that follows is the same whether or not a module prepared itself.
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.data.regions import RegionSampler
+from vlattn.data.vocab import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,11 @@ class PrepareResources:
     """What the data offers to ``prepare`` hooks.
 
     ``regions``: seeded draws of training region features (the raw store features, (n, D)), or None when
-    the task has no regions; ``word_embeddings``: a copy of the model's word embedding table (V, d) and
-    ``word_counts`` (V,) the occurrences of each word in the training text, or None; ``data_root``: the data
-    set's directory (files a hook reads, such as CATT dictionary files, are relative to it), or None;
+    the task has no regions; ``word_embeddings``: the model's word embedding table (V, d) itself (read it, never
+    write it: what hooks that ran before wrote into it, such as word vectors, shows) and
+    ``word_counts`` (V,) the occurrences of each word in the training text, or None; ``words``: the word
+    vocabulary those rows belong to (pre-trained word vectors are looked up by word), or None; ``data_root``: the
+    data set's directory (files a hook reads, such as CATT dictionary files, are relative to it), or None;
     ``generator``: this module's own seeded generator.
     """
 
@@ -52,6 +56,7 @@ class PrepareResources:
     word_embeddings: Tensor | None = None
     word_counts: Tensor | None = None
     data_root: Path | None = None
+    words: Vocabulary | None = None
     generator: torch.Generator = dataclasses.field(default_factory=torch.Generator)
 
 
@@ -67,13 +72,16 @@ def preparable(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def prepare_model(model: nn.Module, resources: Callable[[], PrepareResources]) -> list[str]:
     """Run every ``prepare`` hook of ``model`` in ``named_modules`` order; returns the names of the prepared
-    modules. ``resources`` is only called (e.g. the data read) when some module has a hook."""
+    modules, each followed by the note its hook returned, if any (``"question (word vectors for 40 of 46
+    words from glove.txt)"``). ``resources`` is only called (e.g. the data read) when some module has a hook."""
     hooks = preparable(model)
     if not hooks:
         return []
     shared = resources()
+    prepared = []
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         for name, module in hooks:
             generator = torch.Generator().manual_seed(module_seed(shared.seed, name))
-            module.prepare(dataclasses.replace(shared, generator=generator))
-    return [name for name, _ in hooks]
+            note = module.prepare(dataclasses.replace(shared, generator=generator))
+            prepared.append(f"{name} ({note})" if note else name)
+    return prepared

@@ -5,8 +5,14 @@ The objective is a policy gradient on CIDEr-D with a baseline ``b``::
     L = - sum_i (r(w_i) - b_i) * log p(w_i)          (one term per sampled caption w_i)
 
 ``log p(w_i)`` is the sum of the sampled tokens' log-probabilities up to and including the first
-end token. We normalise the loss by the number of such tokens in the batch (as self-critical.pytorch
-does), so the gradient scale does not depend on the batch size.
+end token. The sum over samples is normalised in one of two ways (``train.scst_loss_normalise``):
+
+* ``tokens`` (default) — divided by the number of such tokens in the batch (self-critical.pytorch), so the
+  gradient scale depends neither on the batch size nor on the caption lengths' total;
+* ``steps`` — each sample's term divided by the number of decoding steps ``max_len`` (the released M2
+  ``train.py``: ``-mean(log_probs, -1) * (reward - baseline)`` over its 20 beam-search steps, whose
+  log-probabilities are 0 after the end token), then the mean over the samples. Longer captions therefore
+  weigh more than under ``tokens``.
 
 Baselines (named in ``train.scst_baseline``):
 
@@ -36,16 +42,24 @@ def sequence_mask(samples: torch.Tensor, eos: int) -> torch.Tensor:
 
 
 def scst_loss(
-    log_probs: torch.Tensor, samples: torch.Tensor, rewards: torch.Tensor, baseline: torch.Tensor, *, eos: int
+    log_probs: torch.Tensor, samples: torch.Tensor, rewards: torch.Tensor, baseline: torch.Tensor, *, eos: int,
+    normalise: str = "tokens", steps: int | None = None,
 ) -> torch.Tensor:
     """Policy-gradient loss of Eq. 10.
 
     log_probs: (N, T) log-probability of each sampled token (differentiable);
     samples: (N, T) sampled token ids (without BOS); rewards, baseline: (N,) (no gradient).
+    ``normalise``: ``tokens`` or ``steps`` (module docstring); ``steps`` divides by ``steps`` (the decoding
+    length, default T; a search that stopped early returns T < max_len columns).
     """
     mask = sequence_mask(samples, eos).to(log_probs.dtype)  # (N, T)
     advantage = (rewards - baseline).detach().to(log_probs.dtype)  # (N,)
-    return -(advantage[:, None] * log_probs * mask).sum() / mask.sum().clamp(min=1.0)
+    weighted = -(advantage[:, None] * log_probs * mask)  # (N, T)
+    if normalise == "steps":
+        return weighted.sum(dim=1).mean() / (steps if steps is not None else samples.shape[1])
+    if normalise != "tokens":
+        raise ValueError(f"unknown SCST loss normalisation {normalise!r}; valid: tokens, steps")
+    return weighted.sum() / mask.sum().clamp(min=1.0)
 
 
 def mean_baseline(rewards: torch.Tensor) -> torch.Tensor:
@@ -81,11 +95,13 @@ def scst_objective(
     baseline: str = "mean",
     num_samples: int = 5,
     max_len: int = 20,
+    normalise: str = "tokens",
 ) -> Objective:
     """The SCST objective for :class:`~vlattn.training.loop.Trainer` (batches from ``collate_eval``).
 
     ``sampling``: ``beam`` (M2: the k beams of a beam search, log-probs kept differentiable) or
-    ``sample`` (k multinomial samples). ``baseline``: one of :data:`BASELINES`.
+    ``sample`` (k multinomial samples). ``baseline``: one of :data:`BASELINES`. ``normalise``: see
+    :func:`scst_loss` (``steps`` divides by ``max_len``).
     ``reward(tokens (N, L), image_ids) -> (N,)`` scores the captions of the images in order.
     """
     if sampling not in SAMPLERS:
@@ -108,7 +124,7 @@ def scst_objective(
         else:
             base = SAMPLE_BASELINES[baseline](rewards)
         loss = scst_loss(log_probs.reshape(b * k, length), tokens.reshape(b * k, length), rewards.reshape(-1),
-                         base.reshape(-1), eos=vocab.EOS)
+                         base.reshape(-1), eos=vocab.EOS, normalise=normalise, steps=max_len)
         return loss, {"reward": float(rewards.mean()), "baseline": float(base.mean())}
 
     return objective

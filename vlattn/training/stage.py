@@ -47,7 +47,7 @@ from vlattn.training.distributed import broadcast_parameters, init_distributed, 
 from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
 from vlattn.training.optim import build_optimizer
 from vlattn.training.prepare import PrepareResources, prepare_model
-from vlattn.training.schedules import build_schedule
+from vlattn.training.schedules import Scaled, build_schedule, lr_scale
 
 # sections of a config that a resumed run must keep (``data.num_workers`` may change)
 FIXED_ON_RESUME = ("task", "model", "data")
@@ -56,7 +56,8 @@ FIXED_ON_RESUME = ("task", "model", "data")
 class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
-    hooks."""
+    hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -78,9 +79,12 @@ class Stage(Generic[D]):
       ``collate([train_set(cfg, data)[i] ...])``.
     - ``validator(cfg, data, device)``: ``model -> metrics`` after every epoch; ``selection_metric`` names
       the metric (higher is better) whose best value picks ``checkpoints/best``.
-    - ``schedule``, ``epochs``, ``batch_size``: the config keys of the stage's learning-rate schedule
-      (a ``Spec``), number of epochs and batch size.
+    - ``schedule``, ``epochs``, ``batch_size``, ``patience``, ``adam_betas``: the config keys of the stage's
+      learning-rate schedule (a ``Spec``), number of epochs, batch size, early-stopping patience (epochs
+      without a better ``selection_metric``; 0 = never) and Adam betas (a None value: ``train.adam_betas``).
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
+    - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
+      cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
     """
 
     name: str
@@ -95,7 +99,10 @@ class Stage(Generic[D]):
     schedule: str = "train.schedule"
     epochs: str = "train.epochs"
     batch_size: str = "train.batch_size"
+    patience: str = "train.patience"
+    adam_betas: str = "train.adam_betas"
     needs_init: bool = False
+    lr_scaling: bool = False
 
 
 def check_resumable(cfg: Config, saved: Config) -> None:
@@ -161,10 +168,12 @@ def run_stage(
         save_checkpoint(run_dir / "checkpoints" / name, model, cfg, vocabularies, train_state)
 
     train = cfg.train
+    betas = value_at(cfg, stage.adam_betas) or train.adam_betas
     trainer = Trainer(
         model=model,
-        optimizer=build_optimizer(model, (float(train.adam_betas[0]), float(train.adam_betas[1])), train.weight_decay),
-        schedule=build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
+        optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
+        schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
+                        lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
         dataset=stage.train_set(cfg, data),
         collate=stage.collate,
@@ -182,10 +191,14 @@ def run_stage(
             checkpoint_every=train.checkpoint_every,
             max_steps=train.max_steps,
             num_workers=cfg.data.num_workers,
+            patience=value_at(cfg, stage.patience),
         ),
         device=dev,
         ctx=ctx,
     )
+    summary = getattr(data, "summary", None)  # optional: sizes of the stage's data for the run log
+    if summary is not None:
+        trainer.log.write("data", 0, stage=stage.name, **summary())
     if prepared:
         trainer.log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
     if resume and source is not None and source.train_state is not None:

@@ -18,10 +18,11 @@ import h5py
 from tqdm import tqdm
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
-from vlattn.data.features.hdf5 import M2HDF5Store, write_m2_hdf5
+from vlattn.data.features.hdf5 import M2HDF5Store, check_m2_destination, write_m2_hdf5
 from vlattn.data.features.memmap import META, MemmapStore, write_memmap
 from vlattn.data.features.npz import NpzDirStore, write_npz_dir
 from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self_critical_parts
+from vlattn.data.features.storage import check_store_destination
 from vlattn.data.features.tsv import TSVStore, looks_like_tsv, shard_files
 from vlattn.errors import DataError
 
@@ -48,6 +49,10 @@ Writer = Callable[..., int]
 
 # Output layout name -> streaming writer ``(path, items, *, overwrite) -> number of images``.
 FORMATS: dict[str, Writer] = {"m2-hdf5": write_m2_hdf5, "npz-dir": write_npz_dir, "memmap": write_memmap}
+# Output layout name -> the check of its destination the writer makes (run first by convert_store).
+_DESTINATION_CHECKS: dict[str, Callable[[str | Path, bool], Path]] = {
+    "m2-hdf5": check_m2_destination, "npz-dir": check_store_destination, "memmap": check_store_destination,
+}
 
 
 def _has_npz(path: Path) -> bool:
@@ -155,16 +160,30 @@ def convert_store(
     """Copy every image of ``src`` (a store or a path for :func:`open_store`) into a new ``format`` store.
 
     Streams one image at a time (a TSV in one sequential pass, without an index); the destination
-    appears only when complete; ``progress`` shows a bar on stderr. Returns the image count.
+    appears only when complete; ``progress`` shows a bar on stderr. The destination must not be the source,
+    nor contain it or lie inside it; with ``overwrite`` it replaces only a store vlattn wrote (see
+    :mod:`vlattn.data.features.storage`). Returns the image count.
     """
     if format not in FORMATS:
         raise DataError(f"unknown feature format {format!r}; valid formats: {', '.join(FORMATS)}", path=dst)
     store = open_store(src, dim=dim) if isinstance(src, (str, Path)) else src
-    if Path(store.path).resolve() == Path(dst).resolve():
-        raise DataError("source and destination are the same path", path=dst)
+    check_apart(Path(store.path), Path(dst))
+    _DESTINATION_CHECKS[format](dst, overwrite)  # before any reading: a refused destination costs nothing
     by_bytes = isinstance(store, TSVStore)  # streamed in file order, progress in bytes, no index needed
     total = store.total_bytes() if by_bytes else len(store)
     with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
               unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
         items = store.stream(bar.update) if by_bytes else _counted(iter_regions(store), bar)
         return FORMATS[format](dst, items, overwrite=overwrite)
+
+
+def check_apart(source: Path, dest: Path) -> None:
+    """Refuse a destination that is the source, contains it or lies inside it (replacing it would delete the
+    source, or the new store would be written into the old one)."""
+    source, dest = source.resolve(), dest.resolve()
+    if source == dest:
+        raise DataError("source and destination are the same path", path=dest)
+    if source.is_relative_to(dest):
+        raise DataError(f"destination contains the source store {source}", path=dest)
+    if dest.is_relative_to(source):
+        raise DataError(f"destination lies inside the source store {source}", path=dest)

@@ -1,12 +1,19 @@
 """Validation shared by every feature-store backend.
 
-Readers hand raw arrays to :func:`make_regions`, which checks shapes, the feature dimension and
-finiteness and returns float32 :class:`RegionFeatures`; any problem is a
+Readers hand raw arrays to :func:`make_regions`, which checks shapes, the feature dimension, finiteness
+and the boxes, and returns float32 :class:`RegionFeatures`; any problem is a
 :class:`~vlattn.errors.DataError` naming the file and the image id.
+
+Boxes (x1, y1, x2, y2 pixels) must lie in the image: an image without regions, an inverted box
+(x2 < x1 or y2 < y1) or a box more than :data:`BOX_TOLERANCE` pixels outside the image is an error (the
+usual causes: boxes stored as x, y, w, h, normalised to [0, 1], or the wrong image size). A box at most
+that far outside — rounding of detector output — is clamped to the image and reported once per store with
+a ``logging`` warning (logger ``vlattn.data``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Iterable
 
@@ -14,6 +21,10 @@ import numpy as np
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.errors import DataError
+
+BOX_TOLERANCE = 1.0  # pixels a box may extend outside the image and be clamped rather than rejected
+LOG = logging.getLogger("vlattn.data")
+_CLAMP_REPORTED: set[str] = set()
 
 
 def size_from_boxes(boxes: np.ndarray) -> tuple[int, int]:
@@ -64,11 +75,44 @@ def make_regions(
     for name, array in (("features", features), ("boxes", boxes)):
         if not np.isfinite(array).all():
             raise DataError(f"{name} contain NaN or inf values", path=path, item=image_id)
+    if features.shape[0] == 0:
+        raise DataError("image has no regions (0 boxes); give it at least one or leave it out of the split",
+                        path=path, item=image_id)
     if width is None or height is None:
         width, height = size_from_boxes(boxes)
     if width <= 0 or height <= 0:
         raise DataError(f"image size must be positive, got {width}x{height}", path=path, item=image_id)
+    boxes = check_boxes(boxes, int(width), int(height), path=path, image_id=image_id)
     return RegionFeatures(features=features, boxes=boxes, width=int(width), height=int(height))
+
+
+def check_boxes(boxes: np.ndarray, width: int, height: int, *, path: object, image_id: int) -> np.ndarray:
+    """``boxes`` (N, 4) x1y1x2y2 checked against a ``width`` x ``height`` image (see the module notes);
+    returns them, clamped when they overshoot by at most :data:`BOX_TOLERANCE` pixels."""
+    inverted = np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))
+    if inverted.size:
+        k = int(inverted[0])
+        raise DataError(f"box {k} {_box(boxes[k])} is inverted: x2 < x1 or y2 < y1 ({inverted.size} of {len(boxes)} "
+                        "boxes); boxes must be x1, y1, x2, y2", path=path, item=image_id)
+    size = np.array([width, height], dtype=np.float32)
+    outside = np.maximum(np.maximum(-boxes[:, :2], 0), np.maximum(boxes[:, 2:] - size, 0)).max(axis=1)  # (N,) px
+    worst = float(outside.max())
+    if worst > BOX_TOLERANCE:
+        k = int(outside.argmax())
+        raise DataError(f"box {k} {_box(boxes[k])} lies {worst:g} px outside the {width}x{height} image; boxes must "
+                        "be x1, y1, x2, y2 in pixels of the original image", path=path, item=image_id)
+    if worst > 0:
+        if str(path) not in _CLAMP_REPORTED:
+            _CLAMP_REPORTED.add(str(path))
+            LOG.warning("%s: item %r: boxes extend up to %g px outside the %dx%d image; clamped to the image "
+                        "(up to %g px is clamped, more is an error; reported once per store)",
+                        path, image_id, worst, width, height, BOX_TOLERANCE)
+        boxes = np.concatenate([np.maximum(boxes[:, :2], 0), np.minimum(boxes[:, 2:], size)], axis=1)
+    return boxes
+
+
+def _box(box: np.ndarray) -> str:
+    return "(" + ", ".join(f"{v:g}" for v in box.tolist()) + ")"
 
 
 def require_ids(store: FeatureStore, image_ids: Iterable[int], feature_dim: int | None = None) -> None:

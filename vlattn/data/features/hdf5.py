@@ -18,11 +18,14 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
-from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination
+from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination, refuse_overwrite
 from vlattn.errors import DataError
-from vlattn.io import atomic_path
+from vlattn.io import atomic_path, remove_stale_temporaries
 
 _FEATURES_KEY = re.compile(r"^(\d+)_features$")
+# Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header).
+_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError)
+MARKER_ATTRIBUTE, KIND = "vlattn", "m2-hdf5"  # root attribute of files written by write_m2_hdf5
 
 
 class M2HDF5Store(IndexedStore):
@@ -40,15 +43,17 @@ class M2HDF5Store(IndexedStore):
             with self._open() as handle:
                 self._index_ids(int(m.group(1)) for key in handle.keys() if (m := _FEATURES_KEY.match(key)))
                 self._dim = dim if dim is not None else self._first_dim(handle)
-        except (OSError, KeyError) as err:
-            raise DataError(f"cannot read HDF5 file: {err}", path=self.path) from None
+        except _H5_ERRORS as err:
+            raise DataError(f"cannot read HDF5 file (damaged?): {err}", path=self.path) from None
         self._handle: ProcessLocal[h5py.File] = ProcessLocal(self._open)
 
     def _first_dim(self, handle: h5py.File) -> int:
         """D read from the shape of the first image's features."""
         if not self._ids:
             raise DataError("no '<id>_features' datasets; pass dim for an empty store", path=self.path)
-        shape = handle[f"{self._ids[0]}_features"].shape
+        dataset = self._dataset(handle, self._ids[0], "features")
+        assert dataset is not None  # listed by the index
+        shape = dataset.shape
         if len(shape) != 2:
             raise DataError(f"features must be 2-D (N, D), got shape {shape}", path=self.path, item=self._ids[0])
         return int(shape[1])
@@ -59,16 +64,37 @@ class M2HDF5Store(IndexedStore):
         except OSError as err:
             raise DataError(f"cannot read HDF5 file: {err}", path=self.path) from None
 
+    def _dataset(self, handle: h5py.File, image_id: int, suffix: str) -> h5py.Dataset | None:
+        """Dataset ``<id>_<suffix>``, or None when the file has none; a group of that name is an error."""
+        key = f"{image_id}_{suffix}"
+        try:
+            found = handle.get(key)
+        except _H5_ERRORS as err:
+            raise DataError(f"cannot read {key} (damaged file?): {err}", path=self.path, item=image_id) from None
+        if found is not None and not isinstance(found, h5py.Dataset):
+            raise DataError(f"{key} is an HDF5 group, not a dataset", path=self.path, item=image_id)
+        return found
+
     def _read(self, image_id: int, suffix: str) -> np.ndarray | None:
         """Dataset ``<id>_<suffix>`` as an array, or None when the file has no such dataset."""
-        handle = self._handle.get()
-        key = f"{image_id}_{suffix}"
-        if key not in handle:
+        dataset = self._dataset(self._handle.get(), image_id, suffix)
+        if dataset is None:
             return None
         try:
-            return handle[key][()]
-        except (OSError, KeyError, ValueError) as err:
-            raise DataError(f"cannot read dataset {key}: {err}", path=self.path, item=image_id) from None
+            return dataset[()]
+        except _H5_ERRORS as err:
+            raise DataError(f"cannot read dataset {dataset.name} (damaged file?): {err}", path=self.path,
+                            item=image_id) from None
+
+    def _size(self, image_id: int) -> tuple[int | None, int | None]:
+        """``width``/``height`` attributes of ``<id>_features`` (None when not stored)."""
+        try:
+            attrs = self._handle.get()[f"{image_id}_features"].attrs
+            width, height = attrs.get("width"), attrs.get("height")
+        except _H5_ERRORS as err:
+            raise DataError(f"cannot read the image size (damaged file?): {err}", path=self.path,
+                            item=image_id) from None
+        return None if width is None else int(width), None if height is None else int(height)
 
     def get(self, image_id: int) -> RegionFeatures:
         """Regions of ``image_id``: features (N, D) float32, boxes (N, 4), image size."""
@@ -78,17 +104,8 @@ class M2HDF5Store(IndexedStore):
         boxes = self._read(image_id, "boxes")
         if boxes is None:
             raise DataError(f"dataset {image_id}_boxes is missing", path=self.path, item=image_id)
-        attrs = self._handle.get()[f"{image_id}_features"].attrs
-        width, height = attrs.get("width"), attrs.get("height")
-        return make_regions(
-            features,
-            boxes,
-            None if width is None else int(width),
-            None if height is None else int(height),
-            path=self.path,
-            image_id=image_id,
-            dim=self._dim,
-        )
+        width, height = self._size(image_id)
+        return make_regions(features, boxes, width, height, path=self.path, image_id=image_id, dim=self._dim)
 
     def cls_prob(self, image_id: int) -> np.ndarray | None:
         """Detector class probabilities (N, C) float32 of ``image_id``, or None when not stored."""
@@ -98,17 +115,39 @@ class M2HDF5Store(IndexedStore):
         return None if probs is None else np.asarray(probs, dtype=np.float32)
 
 
+def _check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` is an HDF5 feature file written by :func:`write_m2_hdf5` (marked by an attribute)."""
+    what = "an HDF5 feature file"
+    if path.is_symlink() or not path.is_file():
+        raise refuse_overwrite(path, "it is a symbolic link" if path.is_symlink() else "it is a directory", what)
+    try:
+        with h5py.File(path, "r") as handle:
+            kind = handle.attrs.get(MARKER_ATTRIBUTE)
+    except OSError:
+        kind = None
+    if kind != KIND:
+        raise refuse_overwrite(path, f"it has no {MARKER_ATTRIBUTE}={KIND} attribute", what)
+
+
+def check_m2_destination(path: str | Path, overwrite: bool) -> Path:
+    """:func:`~vlattn.data.features.storage.check_destination` for an M2 HDF5 file (replaces only vlattn's own)."""
+    return check_destination(path, overwrite, _check_replaceable)
+
+
 def write_m2_hdf5(
     path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False
 ) -> int:
     """Write ``(image_id, regions)`` pairs as one M2 HDF5 file, atomically; returns the number of images.
 
     Items are streamed (one image in memory at a time). Image size goes to ``width``/``height``
-    attributes of ``<id>_features``.
+    attributes of ``<id>_features``; the root attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the
+    only kind of existing file ``overwrite`` replaces.
     """
-    path = check_destination(path, overwrite)
+    path = check_m2_destination(path, overwrite)
+    remove_stale_temporaries(path)
     count = 0
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+        handle.attrs[MARKER_ATTRIBUTE] = KIND
         for image_id, regions in items:
             dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
             dataset.attrs["width"] = regions.width

@@ -8,6 +8,7 @@ Files (R regions in total over M images, feature dimension D)::
     ids.npy        int64 (M,): image ids in storage order
     offsets.npy    int64 (M + 1,): image i owns rows offsets[i]:offsets[i + 1]
     sizes.npy      int64 (M, 2): image width, height
+    .vlattn.json   marker: a store written by vlattn (what ``--overwrite`` may replace)
 
 The big arrays are mapped lazily in each process, so a store object pickles cheaply to DataLoader
 workers and reads are random-access. The writer streams images (one in memory at a time) into a
@@ -183,7 +184,7 @@ def write_memmap(
 
     ``dim`` is required only when ``items`` is empty. The directory appears only when complete.
     """
-    with atomic_dir(path, overwrite) as tmp:
+    with atomic_dir(path, overwrite, kind="memmap") as tmp:
         with open(tmp / _FEATURES[0], "wb") as features, open(tmp / _BOXES[0], "wb") as boxes:
             writer = _MemmapWriter(tmp, Path(path), dim, features, boxes)
             for image_id, regions in items:

@@ -127,7 +127,7 @@ def write_npz_dir(
     if layout not in ("feat", "x"):
         raise DataError(f"npz layout must be 'feat' or 'x', got {layout!r}", path=path)
     count = 0
-    with atomic_dir(path, overwrite) as tmp:
+    with atomic_dir(path, overwrite, kind="npz-dir") as tmp:
         for image_id, regions in items:
             size = {"image_h": np.int64(regions.height), "image_w": np.int64(regions.width)}
             if layout == "feat":

@@ -1,44 +1,119 @@
-"""Helpers shared by the store backends: atomic output, per-process lazy handles, the id index."""
+"""Helpers shared by the store backends: atomic output that replaces only what vlattn wrote, per-process
+lazy handles, the id index.
+
+Every directory vlattn writes as a whole (a feature store, the synthetic data set) holds a marker file,
+:data:`MARKER`, naming what it is and the entries written into it. ``--overwrite`` replaces a destination only
+if it carries such a marker of an accepted kind and holds nothing else; anything else is refused with a
+:class:`~vlattn.errors.DataError`, so a user's directory is never deleted.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Callable, Collection, Generic, Iterable, Iterator, TypeVar
 
 from vlattn.errors import DataError
+from vlattn.io import make_temporary_dir, remove_stale_temporaries
 
 T = TypeVar("T")
 
+MARKER = ".vlattn.json"
+FEATURE_STORE_KINDS = ("memmap", "npz-dir")  # directory stores (an M2 HDF5 store is one file)
 
-def check_destination(path: str | Path, overwrite: bool) -> Path:
-    """Refuse to replace an existing ``path`` unless ``overwrite``; return it as a :class:`Path`."""
+
+def write_marker(root: Path, kind: str) -> None:
+    """Mark ``root`` as a ``kind`` written by vlattn, recording the entries it holds now."""
+    entries = sorted(entry.name for entry in root.iterdir() if entry.name != MARKER)
+    (root / MARKER).write_text(json.dumps({"written_by": "vlattn", "kind": kind, "entries": entries}))
+
+
+def marker_kind(root: Path) -> tuple[str, frozenset[str]] | None:
+    """``(kind, entries)`` of the vlattn marker in directory ``root``, or None when it has no valid marker."""
+    try:
+        data = json.loads((root / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != "vlattn" or not isinstance(data.get("kind"), str):
+        return None
+    entries = data.get("entries")
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        return None
+    return data["kind"], frozenset(entries)
+
+
+def refuse_overwrite(path: Path, reason: str, what: str) -> DataError:
+    """The one-line error for a destination ``--overwrite`` must not replace."""
+    return DataError(f"refusing to overwrite: {reason}; --overwrite replaces only {what} written by vlattn "
+                     "(remove it yourself or choose another destination)", path=path)
+
+
+def check_replaceable(path: Path, kinds: Collection[str], what: str) -> None:
+    """Raise unless ``path`` is a directory vlattn wrote as one of ``kinds`` and holds nothing else."""
+    if path.is_symlink():
+        raise refuse_overwrite(path, "it is a symbolic link", what)
+    if not path.is_dir():
+        raise refuse_overwrite(path, "it is a file", what)
+    marked = marker_kind(path)
+    if marked is None:
+        raise refuse_overwrite(path, f"it has no {MARKER} marker", what)
+    kind, entries = marked
+    if kind not in kinds:
+        raise refuse_overwrite(path, f"it is a {kind}, not {what}", what)
+    foreign = sorted(entry.name for entry in path.iterdir() if entry.name != MARKER and entry.name not in entries)
+    if foreign:
+        raise refuse_overwrite(path, f"it holds files vlattn did not write: {', '.join(foreign[:5])}", what)
+
+
+def check_destination(
+    path: str | Path, overwrite: bool, check: Callable[[Path], None] | None = None
+) -> Path:
+    """Refuse an existing ``path`` unless ``overwrite`` and ``check(path)`` passes; return it as a :class:`Path`."""
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise DataError("destination exists; pass overwrite=True (--overwrite) to replace it", path=path)
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise DataError("destination exists; pass overwrite=True (--overwrite) to replace it", path=path)
+        if check is not None:
+            check(path)
     return path
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to ``path``; on success it becomes ``path``.
+def check_store_destination(path: str | Path, overwrite: bool) -> Path:
+    """:func:`check_destination` for a directory feature store (replaces only one vlattn wrote)."""
+    return check_destination(path, overwrite, lambda p: check_replaceable(p, FEATURE_STORE_KINDS, "a feature store"))
 
-    If the body raises, the temporary directory is removed and an existing ``path`` is untouched.
-    With ``overwrite`` an existing ``path`` is moved aside, replaced and then deleted.
+
+@contextlib.contextmanager
+def atomic_dir(
+    path: str | Path,
+    overwrite: bool = False,
+    *,
+    kind: str,
+    replaces: Collection[str] = FEATURE_STORE_KINDS,
+    what: str = "a feature store",
+) -> Iterator[Path]:
+    """Yield a temporary directory next to ``path``; on success it becomes ``path``, marked as ``kind``.
+
+    An existing ``path`` is replaced only with ``overwrite`` and only if it is a directory vlattn wrote as one
+    of ``replaces`` holding nothing else (:func:`check_replaceable`; ``what`` names them in the error); it is
+    moved aside, replaced and then deleted. If the body raises, the temporary directory is removed and an
+    existing ``path`` is untouched. Leftovers of killed earlier writers of ``path`` are removed first.
     """
-    path = check_destination(path, overwrite)
+    path = check_destination(path, overwrite, lambda p: check_replaceable(p, replaces, what))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    remove_stale_temporaries(path)
+    tmp = make_temporary_dir(path)
     try:
         yield tmp
+        write_marker(tmp, kind)
         old = None
         if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
+            old = path.with_name(tmp.name[: -len(".tmp")] + ".old")
+            os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:
             shutil.rmtree(old)

@@ -18,6 +18,7 @@ from .sample import make_sample
 DEFAULT_IMAGES = 2000
 DEFAULT_IMAGE_SIZE = 80
 MIN_IMAGE_SIZE = 32
+SYNTHETIC_SET = "synthetic-set"  # kind in the marker of a generated data set (--overwrite replaces only these)
 
 
 def split_names(images: int, val_size: int | None, test_size: int | None) -> list[str]:
@@ -50,8 +51,8 @@ def generate(
 ) -> Path:
     """Generate ``images`` synthetic images with captions, VQA, ground truth and region features.
 
-    Writes into ``out`` (which appears only when complete; an existing ``out`` is replaced only
-    with ``overwrite``)::
+    Writes into ``out`` (which appears only when complete; an existing ``out`` is replaced only with
+    ``overwrite`` and only if it is a data set generated here, holding nothing else)::
 
         dataset.json                      Karpathy split file (image ids 1..images; train, val, test)
         captions_val.json, captions_test.json   COCO caption annotations of val/test
@@ -61,6 +62,7 @@ def generate(
         vqa/questions_<split>.json, vqa/annotations_<split>.json   VQA v2 layout
         images/synth_<id>.png             the rendered images (image_size x image_size RGB)
         confound.json                     options and realised co-occurrence (only if confounded)
+        .vlattn.json                      marker: a synthetic data set written by vlattn, and its entries
 
     ``extractor_epochs`` None trains the CNN for at least 3 epochs and 250 steps.
     Everything is a deterministic function of the arguments (for a given torch build and thread count).
@@ -81,7 +83,7 @@ def generate(
         clock = time.perf_counter()
 
     samplers = {split: attribute_sampler(confound, split) for split in set(splits)}
-    with atomic_dir(out, overwrite) as root:
+    with atomic_dir(out, overwrite, kind=SYNTHETIC_SET, replaces=(SYNTHETIC_SET,), what="a synthetic data set") as root:
         samples = [
             make_sample(
                 image_id, split, seed=seed, image_size=image_size, attributes=samplers[split], answer_noise=answer_noise

@@ -1,0 +1,155 @@
+"""``--overwrite`` replaces only what vlattn wrote; never a user's directory, a parent of the source, a store
+holding foreign files; leftovers of killed writers are cleaned, other hidden files are not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from vlattn.data.features import MemmapStore, RegionFeatures, write_m2_hdf5, write_memmap
+from vlattn.data.features.storage import MARKER
+from vlattn.data.synth import generate
+
+TINY = {"images": 12, "feature_dim": 8, "extractor_epochs": 1, "val_size": 2, "test_size": 2}
+
+
+def regions(seed: int, count: int = 3) -> list[tuple[int, RegionFeatures]]:
+    rng = np.random.default_rng(seed)
+    boxes = np.array([[0, 0, 4, 4], [1, 1, 5, 6]], dtype=np.float32)
+    return [(i, RegionFeatures(rng.standard_normal((2, 4)).astype(np.float32), boxes, 10, 10)) for i in range(count)]
+
+
+def user_dir(path: Path) -> dict[str, bytes]:
+    """A directory of the user's own files; returns their contents for checking later."""
+    (path / "notes").mkdir(parents=True)
+    files = {"thesis.tex": b"\\chapter{Results}", "notes/todo.txt": b"buy GPUs", "data.csv": b"1,2,3\n"}
+    for name, content in files.items():
+        (path / name).write_bytes(content)
+    return files
+
+
+def intact(path: Path, files: dict[str, bytes]) -> bool:
+    return all((path / name).read_bytes() == content for name, content in files.items())
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """A memmap store written by vlattn, the source of the conversions below."""
+    write_memmap(tmp_path / "feats", regions(0))
+    return tmp_path / "feats"
+
+
+def convert(source: Path, dest: Path, fmt: str = "npz-dir") -> list[str]:
+    return ["data", "convert", "--from", str(source), "--to", str(dest), "--format", fmt, "--overwrite"]
+
+
+def test_convert_refuses_a_users_directory(tmp_path: Path, source: Path, vlattn_cli) -> None:
+    files = user_dir(tmp_path / "mine")
+    code, _, err = vlattn_cli(*convert(source, tmp_path / "mine"))
+    assert code == 2 and err.count("\n") == 1 and "refusing to overwrite" in err and "mine" in err
+    assert intact(tmp_path / "mine", files)
+
+
+def test_convert_refuses_a_parent_of_the_source(tmp_path: Path, vlattn_cli) -> None:
+    files = user_dir(tmp_path / "project")
+    write_memmap(tmp_path / "project" / "feats", regions(0))
+    code, _, err = vlattn_cli(*convert(tmp_path / "project" / "feats", tmp_path / "project", "memmap"))
+    assert code == 2 and "contains the source" in err and err.count("\n") == 1
+    assert intact(tmp_path / "project", files) and len(MemmapStore(tmp_path / "project" / "feats")) == 3
+
+
+def test_convert_refuses_a_destination_inside_the_source(tmp_path: Path, source: Path, vlattn_cli) -> None:
+    before = sorted(p.name for p in source.iterdir())
+    code, _, err = vlattn_cli(*convert(source, source / "copy"))
+    assert code == 2 and "inside the source" in err
+    assert sorted(p.name for p in source.iterdir()) == before
+
+
+def test_convert_replaces_its_own_store_and_refuses_one_with_foreign_files(
+    tmp_path: Path, source: Path, vlattn_cli
+) -> None:
+    dest = tmp_path / "old"
+    write_memmap(dest, regions(1, count=5))
+    assert vlattn_cli(*convert(source, dest, "memmap"))[0] == 0
+    assert len(MemmapStore(dest)) == 3 and (dest / MARKER).is_file()
+    (dest / "results.txt").write_text("my numbers")
+    code, _, err = vlattn_cli(*convert(source, dest, "npz-dir"))
+    assert code == 2 and "did not write: results.txt" in err
+    assert (dest / "results.txt").read_text() == "my numbers" and len(MemmapStore(dest)) == 3
+
+
+def test_convert_refuses_a_synthetic_set_and_a_forged_marker(tmp_path: Path, source: Path, vlattn_cli) -> None:
+    synth = generate(tmp_path / "synth", **TINY)
+    code, _, err = vlattn_cli(*convert(source, synth))
+    assert code == 2 and "synthetic-set, not a feature store" in err and (synth / "dataset.json").is_file()
+    files = user_dir(tmp_path / "forged")
+    (tmp_path / "forged" / MARKER).write_text('{"kind": "memmap"}')
+    assert vlattn_cli(*convert(source, tmp_path / "forged"))[0] == 2
+    assert intact(tmp_path / "forged", files)
+
+
+def test_convert_to_hdf5_replaces_only_its_own_file(tmp_path: Path, source: Path, vlattn_cli) -> None:
+    theirs = tmp_path / "coco_detections.hdf5"
+    with h5py.File(theirs, "w") as handle:
+        handle.create_dataset("1_features", data=np.ones((2, 4), dtype=np.float32))
+    before = theirs.read_bytes()
+    code, _, err = vlattn_cli(*convert(source, theirs, "m2-hdf5"))
+    assert code == 2 and "refusing to overwrite" in err and theirs.read_bytes() == before
+    ours = tmp_path / "ours.h5"
+    write_m2_hdf5(ours, regions(1, count=5))
+    assert vlattn_cli(*convert(source, ours, "m2-hdf5"))[0] == 0
+    with h5py.File(ours, "r") as handle:
+        assert sum(key.endswith("_features") for key in handle) == 3
+
+
+def test_convert_refuses_a_symbolic_link(tmp_path: Path, source: Path, vlattn_cli) -> None:
+    files = user_dir(tmp_path / "target")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    code, _, err = vlattn_cli(*convert(source, tmp_path / "link"))
+    assert code == 2 and "symbolic link" in err and intact(tmp_path / "target", files)
+
+
+def test_synth_refuses_a_users_directory_and_replaces_its_own(tmp_path: Path, vlattn_cli) -> None:
+    files = user_dir(tmp_path / "home")
+    args = ["data", "synth", "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8", "--epochs", "1",
+            "--overwrite", "--out"]
+    code, _, err = vlattn_cli(*args, str(tmp_path / "home"))
+    assert code == 2 and "refusing to overwrite" in err and "synthetic data set" in err
+    assert intact(tmp_path / "home", files)
+    out = generate(tmp_path / "synth", seed=5, **TINY)
+    before = (out / "scenes.json").read_bytes()
+    assert vlattn_cli(*args, str(out))[0] == 0
+    assert (out / "scenes.json").read_bytes() != before
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_leftovers_of_killed_writers_are_cleaned_and_nothing_else(tmp_path: Path, source: Path) -> None:
+    from vlattn.data.features import convert_store
+
+    dead, alive = dead_pid(), os.getpid()
+    stale_dir = tmp_path / f".out.{dead}.abcd1234.tmp"
+    stale_old = tmp_path / f".out.{dead}.efgh5678.old"
+    stale_file = tmp_path / f".out.h5.{dead}.ijkl9012.tmp"
+    running = tmp_path / f".out.{alive}.mnop3456.tmp"
+    hidden = [tmp_path / ".out.notes.tmp", tmp_path / f".other.{dead}.qrst7890.tmp", tmp_path / ".out.tmp"]
+    for directory in (stale_dir, stale_old, running):
+        directory.mkdir()
+        (directory / "features.f16").write_bytes(b"partial")
+    for file in (stale_file, *hidden):
+        file.write_text("keep me" if file in hidden else "partial")
+    convert_store(source, tmp_path / "out", "npz-dir")
+    convert_store(source, tmp_path / "out.h5", "m2-hdf5")
+    assert not stale_dir.exists() and not stale_old.exists() and not stale_file.exists()
+    assert running.is_dir() and all(file.read_text() == "keep me" for file in hidden)

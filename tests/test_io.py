@@ -1,0 +1,50 @@
+"""Atomic writes: files and directories get the permissions the user's umask allows (not mkstemp's 0600)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from vlattn.data.features import RegionFeatures, write_m2_hdf5, write_memmap, write_npz_dir
+from vlattn.io import atomic_write_text, umask
+
+
+@pytest.fixture(params=[0o022, 0o027, 0o077])
+def mask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_umask_is_read_without_changing_it(mask: int) -> None:
+    assert umask() == mask
+    assert umask() == mask
+
+
+def test_atomic_write_text_uses_the_umask(tmp_path: Path, mask: int) -> None:
+    atomic_write_text(tmp_path / "a" / "config.json", "{}")
+    assert mode(tmp_path / "a" / "config.json") == 0o666 & ~mask
+    (tmp_path / "plain.txt").write_text("{}")
+    assert mode(tmp_path / "a" / "config.json") == mode(tmp_path / "plain.txt")
+
+
+def test_feature_stores_use_the_umask(tmp_path: Path, mask: int) -> None:
+    items = [(1, RegionFeatures(np.ones((2, 4), np.float32), np.zeros((2, 4), np.float32), 5, 5))]
+    write_memmap(tmp_path / "mm", items)
+    write_npz_dir(tmp_path / "npz", items)
+    write_m2_hdf5(tmp_path / "f.h5", items)
+    for directory in (tmp_path / "mm", tmp_path / "npz"):
+        assert mode(directory) == 0o777 & ~mask
+        assert {mode(file) for file in directory.iterdir()} == {0o666 & ~mask}
+    assert mode(tmp_path / "f.h5") == 0o666 & ~mask

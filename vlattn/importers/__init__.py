@@ -1,0 +1,80 @@
+"""Importers of other projects' released checkpoints (``vlattn import-checkpoint --format NAME``).
+
+``FORMATS`` maps a format name to a reader ``(checkpoint, word_list, heads=, base=) -> Imported``;
+:func:`import_checkpoint` writes the result as a vlattn run directory that ``vlattn eval``, ``vlattn
+caption`` and ``vlattn train --stage scst --init`` use::
+
+    RUN_DIR/checkpoints/best/   model.safetensors, config.json, vocab-words.json (a vlattn checkpoint)
+    RUN_DIR/config.yaml         the imported run's config
+    RUN_DIR/vocab-words.json    the vocabulary (as in a trained run directory)
+    RUN_DIR/import.json         provenance: format, source files and their SHA-256, the inferred layout
+
+The directory is assembled next to ``RUN_DIR`` and renamed into place only when complete; an existing,
+non-empty ``RUN_DIR`` is refused (nothing is overwritten).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vlattn.config import Config, lookup, save_config
+from vlattn.data.vocab import Vocabulary
+from vlattn.errors import DataError
+from vlattn.importers.m2_official import Imported, read_released
+from vlattn.io import atomic_write_text
+from vlattn.models import build_captioner
+from vlattn.training.checkpoint import save_checkpoint, save_vocabularies
+
+FORMATS: dict[str, Callable[..., Imported]] = {"m2-official": read_released}
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def import_checkpoint(
+    fmt: str, checkpoint: str | Path, word_list: str | Path, out: str | Path, *, heads: int = 8,
+    base: Config | None = None,
+) -> dict[str, Any]:
+    """Import ``checkpoint`` of format ``fmt`` with its ``word_list`` into the new run directory ``out``;
+    returns the provenance record written to ``out/import.json``."""
+    reader = lookup(FORMATS, fmt, "checkpoint format", "--format")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError("exists and is not empty; choose a new run directory", path=out)
+    imported = reader(checkpoint, word_list, heads=heads, base=base)
+    model = build_captioner(imported.config.model, len(imported.vocab), pad_id=Vocabulary.PAD)
+    model.load_state_dict(imported.state, strict=True)
+    record = {
+        "format": fmt,
+        "checkpoint": str(checkpoint),
+        "checkpoint_sha256": file_sha256(checkpoint),
+        "word_list": str(word_list),
+        "word_list_sha256": file_sha256(word_list),
+        "layout": dataclasses.asdict(imported.layout),
+        "tensors": len(imported.state),
+        "dropped_runtime_buffers": imported.dropped,
+    }
+    staging = out.with_name(f".{out.name}.import-tmp")
+    if staging.exists():
+        shutil.rmtree(staging)  # a previous import of this name that did not finish
+    vocabularies = {"words": imported.vocab}
+    save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
+    save_config(imported.config, staging / "config.yaml")
+    save_vocabularies(staging, vocabularies)
+    atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
+    if out.exists():
+        out.rmdir()  # empty (checked above)
+    staging.rename(out)
+    return record
