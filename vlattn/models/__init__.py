@@ -25,6 +25,7 @@ from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, 
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
+from vlattn.models.mcan_catt import MCANCatt, build_mcan_catt
 from vlattn.models.meshed import MeshedCrossAttention
 from vlattn.models.question import QuestionEncoder
 from vlattn.models.transformer import (
@@ -51,6 +52,7 @@ MODELS: dict[str, ModelKind] = {
     "m2": ModelKind("captioning", build_m2),
     "catt": ModelKind("captioning", build_catt),
     "mcan": ModelKind("vqa", build_mcan),
+    "mcan_catt": ModelKind("vqa", build_mcan_catt),
 }
 
 
@@ -108,6 +110,7 @@ def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
 
 __all__ = [
     "MCAN",
+    "MCANCatt",
     "MODELS",
     "CattCaptioner",
     "ModelKind",
@@ -128,6 +131,7 @@ __all__ = [
     "build_catt",
     "build_m2",
     "build_mcan",
+    "build_mcan_catt",
     "build_transformer",
     "build_vqa_model",
     "check_model_config",
