@@ -53,7 +53,7 @@ def run_one(key: str, seed: int, args: argparse.Namespace) -> None:
     if report.exists():
         return
     sets = [f"data.root={args.data}", f"train.seed={seed}", f"train.epochs={args.epochs}",
-            f"train.val_max_images={args.val_images}", *overrides]
+            f"train.val_max_images={args.val_images}", *args.set, *overrides]
     train = vlattn("train", "--config", config, "--out", str(run), *[x for s in sets for x in ("--set", s)])
     if (run / "checkpoints" / "last").exists():
         train.append("--resume")
@@ -104,7 +104,8 @@ def table(args: argparse.Namespace) -> str:
     rule = "|---|---|" + "---|" * len(COLUMNS)
     commands = [f".venv/bin/vlattn --threads 1 data synth --out {args.data} --confound red:circle --confound-p 0.9",
                 " ".join(["benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs),
-                          "--epochs", str(args.epochs), "--seeds", *map(str, args.seeds), "--variants", *args.variants])]
+                          "--epochs", str(args.epochs), "--seeds", *map(str, args.seeds), "--variants", *args.variants,
+                          *[x for s in args.set for x in ("--set", s)]])]
     return "\n".join([
         header, rule, *rows, "", "Per seed:", "", header.replace("| seeds |", "| seed |"), rule, *per_seed, "",
         "Commands:", "", "```", *commands, "```",
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--epochs", type=int, default=6, help="XE epochs of every run (one budget for all)")
     parser.add_argument("--val-images", type=int, default=100, help="val images decoded per epoch (selection)")
+    parser.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--collect-only", action="store_true", help="write the table from the finished runs")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()

@@ -17,7 +17,7 @@ from vlattn.cli import app
 from vlattn.config import config_to_dict
 from vlattn.errors import DataError, VlattnError
 from vlattn.data.features import open_store
-from tests.training.conftest import DIM, make_tiny_data, tiny_config
+from tests.training.conftest import DIM, make_tiny_data, make_tiny_vqa_data, tiny_config, tiny_vqa_config
 
 runner = CliRunner()
 
@@ -102,3 +102,23 @@ def test_bad_input_is_one_line(data: Path, tmp_path: Path) -> None:
     assert "k-means needs at least 1000 points for 1000 dictionary entries, got 48" in message
     assert not (tmp_path / "x.npz").exists()
     assert "nowhere" in user_error("--source", "image", "--size", "2", "--data", str(tmp_path / "nowhere"))
+
+
+def test_dictionaries_of_a_vqa_data_set(tmp_path: Path) -> None:
+    """The command serves the config's task: with a VQA config, regions of the images with training questions and
+    the question words of a trained VQA model."""
+    root = make_tiny_vqa_data(tmp_path / "vqa")
+    config = tmp_path / "vqa.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_vqa_config(root, "train.epochs=1", "train.max_steps=2"))))
+    result = dictionary("--source", "image", "--size", "5", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert read_dictionary(root / "catt" / "image-5.npz").meta["rows"] == 24 * 2  # 24 training images x 2 regions
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["train", "--config", str(config), "--out", str(run), "--device", "cpu"]).exit_code == 0
+    result = dictionary("--source", "word", "--size", "30", "--config", str(config), "--checkpoint", str(run))
+    assert result.exit_code == 0, result.output
+    from safetensors.torch import load_file
+
+    table = load_file(str(run / "checkpoints" / "best" / "model.safetensors"))["question.word_embedding.weight"]
+    entries = read_dictionary(root / "catt" / "word-30.npz").entries
+    assert {tuple(r) for r in entries.tolist()} <= {tuple(r) for r in table.tolist()}  # 30 > the question words

@@ -52,9 +52,8 @@ def dictionary(
     from vlattn.catt.dictionary import fit_entries
     from vlattn.catt.files import default_dictionary_path, write_dictionary
     from vlattn.config import load_config
-    from vlattn.data.vocab import Vocabulary
     from vlattn.errors import ConfigError, DataError
-    from vlattn.tasks.captioning import build_model, load_caption_data
+    from vlattn.tasks import stage_of, task_of
     from vlattn.training.checkpoint import load_checkpoint, load_weights
 
     cfg = load_config(config, overrides or [])
@@ -63,18 +62,19 @@ def dictionary(
     target = out if out is not None else default_dictionary_path(cfg.data.root, source.value, size)
     if target.exists() and not overwrite:
         raise DataError("exists; pass --overwrite to replace it", path=target)
-    model = None
+    model, saved = None, None
     if source is DictionarySource.word:
         if checkpoint is None:
             raise ConfigError("--checkpoint: a word dictionary clusters a trained model's word embeddings (a fresh "
                               "run's k-means over its own initial embeddings happens in its prepare step)")
         saved = load_checkpoint(checkpoint)
-        captions = load_caption_data(cfg.data, saved.vocabulary("words", Vocabulary.load))
-        model = load_weights(build_model(saved.config, captions.vocab, captions.store.dim), saved)
-    else:
-        captions = load_caption_data(cfg.data)
-    resources = captions.prepare_resources(model, seed)
-    dim = captions.store.dim if source is DictionarySource.image else resources.word_embeddings.shape[1]
+        cfg.task = saved.config.task
+    stage = stage_of(task_of(cfg.task), None)  # the task's data (captions or VQA questions) and its model
+    loaded = stage.load_data(cfg, saved)
+    if saved is not None:
+        model = load_weights(stage.build_model(saved.config, loaded), saved)
+    resources = loaded.prepare_resources(model, seed)
+    dim = loaded.store.dim if source is DictionarySource.image else resources.word_embeddings.shape[1]
     typer.echo(f"k-means: {size} {source.value} entries of {dim} features from {cfg.data.root} ...", err=True)
     start = time.perf_counter()
     resources = dataclasses.replace(resources, generator=torch.Generator().manual_seed(seed))
