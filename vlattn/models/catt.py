@@ -59,7 +59,7 @@ from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry, SinusoidalPositions
 from vlattn.layers.boxes import BOX_CHANNELS
-from vlattn.models.decoder import DECODER_SELF_CONTEXT, LayerCache, Memories, causal_mask
+from vlattn.models.decoder import DECODER_SELF_CONTEXT, LayerCache, Memories, TransformerDecoder, causal_mask
 from vlattn.models.encoder import Memory, region_projection
 from vlattn.models.transformer import ModelInputs, Parts, TransformerCaptioner
 
@@ -120,25 +120,21 @@ class StreamCaches:
     cross_sample: LayerCache
 
 
-class CattDecoder(nn.Module):
-    """``forward(tokens (B,T), memories) -> logits (B, T, V)``; ``hidden`` returns the fused streams (B, T, F)."""
+class CattDecoder(TransformerDecoder):
+    """:class:`TransformerDecoder` with both streams: ``forward(tokens (B,T), memories) -> logits (B, T, V)``;
+    ``hidden`` returns the fused streams (B, T, F)."""
 
     def __init__(
         self, embed: nn.Embedding, positions: nn.Module, layers: Sequence[nn.Module],
         cross_sample: Sequence[nn.Module] | None, dictionary: GlobalDictionary, fusion: StreamFusion,
         output: nn.Linear, dropout: float,
     ) -> None:
-        super().__init__()
-        self.embed = embed
-        self.positions = positions
-        self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(layers)
+        super().__init__(embed, positions, layers, output, dropout)
         self.cross_sample = None if cross_sample is None else nn.ModuleList(cross_sample)
         self.dictionary = dictionary
         self.fusion = fusion
-        self.output = output
 
-    def new_cache(self) -> list[StreamCaches]:
+    def new_cache(self) -> list[StreamCaches]:  # type: ignore[override]
         """Empty caches: per layer, the IS stream's; the CS stream's layer-1 keys/values (the word dictionary) are
         projected once and shared by every row, later layers' appended."""
         return [
@@ -146,16 +142,14 @@ class CattDecoder(nn.Module):
             for i, (layer, cs_layer) in enumerate(two_streams(self.layers, self.cross_sample))
         ]
 
-    def hidden(
+    def hidden(  # type: ignore[override]
         self, tokens: Tensor, memories: Memories, cache: list[StreamCaches] | None = None, start: int = 0
     ) -> Tensor:
         """Fused final states (B, T - start, F) of positions start..T-1 of the prefix ``tokens`` (B, T); positions
         before ``start`` must already be in ``cache``."""
-        new = tokens[:, start:]  # (B, T')
-        length = new.shape[1]
-        y = self.dropout(self.embed(new) + self.positions(length, start))  # (B, T', d)
+        y = self.embed_positions(tokens, start)  # (B, T', d)
         s = self.dictionary()[None]  # (1, K, d)
-        self_mask = causal_mask(length, start, tokens.device)
+        self_mask = causal_mask(y.shape[1], start, tokens.device)
         cs_memories = {**memories, REGIONS: memories[CROSS_SAMPLE]}  # the CS stream's sites read [V_C]_E
         for i, (layer, cs_layer) in enumerate(two_streams(self.layers, self.cross_sample)):
             caches = None if cache is None else cache[i]
@@ -165,10 +159,6 @@ class CattDecoder(nn.Module):
                          self_memory=s, self_context=CS_CONTEXT if i == 0 else DECODER_SELF_CONTEXT),
             )
         return self.fusion(y, s)
-
-    def forward(self, tokens: Tensor, memories: Memories) -> Tensor:
-        """Teacher-forced logits (B, T, V) for input ``tokens`` (B, T)."""
-        return self.output(self.hidden(tokens, memories))
 
 
 class CattCaptioner(TransformerCaptioner):

@@ -132,6 +132,12 @@ class TransformerDecoder(nn.Module):
         """Empty per-layer caches for incremental decoding."""
         return [layer.new_cache() for layer in self.layers]
 
+    def embed_positions(self, tokens: Tensor, start: int) -> Tensor:
+        """The decoder's input at positions start..T-1 of the prefix ``tokens`` (B, T): word embeddings plus
+        position encodings, dropout; (B, T - start, d)."""
+        new = tokens[:, start:]  # (B, T')
+        return self.dropout(self.embed(new) + self.positions(new.shape[1], start))
+
     def hidden(
         self, tokens: Tensor, memories: Memories, cache: list[LayerCache] | None = None, start: int = 0
     ) -> Tensor:
@@ -140,10 +146,8 @@ class TransformerDecoder(nn.Module):
         Positions before ``start`` must already be in ``cache`` (incremental decoding passes the whole
         prefix and ``start = T - 1``).
         """
-        new = tokens[:, start:]  # (B, T')
-        length = new.shape[1]
-        x = self.dropout(self.embed(new) + self.positions(length, start))  # (B, T', d)
-        self_mask = causal_mask(length, start, tokens.device)  # (T', T) or None
+        x = self.embed_positions(tokens, start)  # (B, T', d)
+        self_mask = causal_mask(x.shape[1], start, tokens.device)  # (T', T) or None
         real = None if self.pad_id is None else tokens != self.pad_id  # (B, T)
         if real is not None:
             keys = real[:, None, None, :]  # (B, 1, 1, T)

@@ -95,6 +95,29 @@ class SelfGuidedLayer(nn.Module):
         return self.ffn_norm(x, self.ffn(x))
 
 
+@dataclass(frozen=True)
+class CoAttentionMasks:
+    """Key masks and attention contexts of one batch: ``word_keys`` (B, 1, 1, L) and ``region_keys`` (B, 1, 1, N)
+    bool, True = real key; contexts of the ``question`` self-attention (question mask), the ``image``
+    self-attention (region mask, box geometry) and the question-``guided`` attention (region mask)."""
+
+    word_keys: Tensor
+    region_keys: Tensor
+    question: AttentionContext
+    image: AttentionContext
+    guided: AttentionContext
+
+    @classmethod
+    def of(cls, question_mask: Tensor, region_mask: Tensor, boxes: Tensor) -> CoAttentionMasks:
+        """From ``question_mask`` (B, L), ``region_mask`` (B, N) and ``boxes`` (B, N, 4) normalised x1y1x2y2."""
+        return cls(
+            question_mask[:, None, None, :], region_mask[:, None, None, :],
+            AttentionContext(Site.ENCODER_SELF, query_mask=question_mask),
+            AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask)),
+            AttentionContext(Site.CROSS, query_mask=region_mask),
+        )
+
+
 class CoAttentionBackbone(nn.Module):
     """MCA_ED: the question passes all encoder (SA) layers; every decoder (SGA) layer is guided by the final
     question states. ``forward`` -> (question (B, L, d), regions (B, N, d))."""
@@ -109,16 +132,11 @@ class CoAttentionBackbone(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """``words`` (B, L, d), ``question_mask`` (B, L), ``regions`` (B, N, d), ``region_mask`` (B, N),
         ``boxes`` (B, N, 4) normalised x1y1x2y2."""
-        word_keys = question_mask[:, None, None, :]  # (B, 1, 1, L)
-        region_keys = region_mask[:, None, None, :]  # (B, 1, 1, N)
-        question_context = AttentionContext(Site.ENCODER_SELF, query_mask=question_mask)
-        image_context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask,
-                                         geometry=BoxGeometry(boxes, region_mask))
-        guided_context = AttentionContext(Site.CROSS, query_mask=region_mask)
+        m = CoAttentionMasks.of(question_mask, region_mask, boxes)
         for layer in self.encoder:
-            words = layer(words, word_keys, question_context)
+            words = layer(words, m.word_keys, m.question)
         for layer in self.decoder:
-            regions = layer(regions, region_keys, image_context, words, word_keys, guided_context)
+            regions = layer(regions, m.region_keys, m.image, words, m.word_keys, m.guided)
         return words, regions
 
 

@@ -39,15 +39,22 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vlattn.attention import AttentionContext, Site
+from vlattn.attention import Site
 from vlattn.catt.dictionary import GlobalDictionary
 from vlattn.catt.fusion import StreamFusion
 from vlattn.config import ModelConfig, parse_options
-from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS
 from vlattn.models.catt import CS_CONTEXT, CattOptions, two_streams
 from vlattn.models.encoder import EncoderLayer
-from vlattn.models.mcan import MCAN, CoAttentionBackbone, MCANOptions, MCANParts, SelfGuidedLayer, mcan_stems
+from vlattn.models.mcan import (
+    MCAN,
+    CoAttentionBackbone,
+    CoAttentionMasks,
+    MCANOptions,
+    MCANParts,
+    SelfGuidedLayer,
+    mcan_stems,
+)
 
 
 @dataclass
@@ -83,23 +90,18 @@ class CattCoAttentionBackbone(CoAttentionBackbone):
     ) -> tuple[Streams, Streams]:
         """``words`` (B, L, d), ``word_entries`` (1, K_w, d), ``question_mask`` (B, L), ``regions`` (B, N, d),
         ``region_entries`` (1, K_i, d), ``region_mask`` (B, N), ``boxes`` (B, N, 4) normalised x1y1x2y2."""
-        word_keys = question_mask[:, None, None, :]  # (B, 1, 1, L)
-        region_keys = region_mask[:, None, None, :]  # (B, 1, 1, N)
-        question_context = AttentionContext(Site.ENCODER_SELF, query_mask=question_mask)
-        image_context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask,
-                                         geometry=BoxGeometry(boxes, region_mask))
-        guided_context = AttentionContext(Site.CROSS, query_mask=region_mask)
+        m = CoAttentionMasks.of(question_mask, region_mask, boxes)
         w, q, q_keys = words, word_entries, None  # the dictionary is never masked
         for layer, cs_layer in two_streams(self.encoder, self.cross_encoder):
-            w, q = layer(w, word_keys, question_context), cs_layer(w, q_keys, CS_CONTEXT, memory=q)  # (B, L, d)
-            q_keys = word_keys
+            w, q = layer(w, m.word_keys, m.question), cs_layer(w, q_keys, CS_CONTEXT, memory=q)  # (B, L, d)
+            q_keys = m.word_keys
         r, c, c_keys = regions, region_entries, None
         for layer, cs_layer in two_streams(self.decoder, self.cross_decoder):
             r, c = (
-                layer(r, region_keys, image_context, w, word_keys, guided_context),
-                cs_layer(r, c_keys, CS_CONTEXT, q, word_keys, guided_context, self_memory=c),
+                layer(r, m.region_keys, m.image, w, m.word_keys, m.guided),
+                cs_layer(r, c_keys, CS_CONTEXT, q, m.word_keys, m.guided, self_memory=c),
             )  # (B, N, d) each
-            c_keys = region_keys
+            c_keys = m.region_keys
         return Streams(w, q, question_mask), Streams(r, c, region_mask)
 
 
