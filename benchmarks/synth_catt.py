@@ -8,13 +8,14 @@ last checkpoint. ``--collect-only`` only writes the table from what exists. Ever
 one at a time.
 
 Extra columns: ``A@Attr circle`` is the accuracy of the colour words describing circles (the confounded shape);
-``red|circle`` the share of those colour words that say "red" (training: 0.90; test images: 0.086).
+``red:circle`` the share of those colour words that say "red" (training: 0.90; test images: 0.086).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -37,8 +38,8 @@ VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config,
     "d200": ("CATT D#200", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 200) for d in BOTH]),
     "d1000": ("CATT D#1000", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 1000) for d in BOTH]),
 }
-COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red|circle")
-LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red|circle"}
+COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red:circle")
+LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red:circle"}
 
 
 def vlattn(*args: str) -> list[str]:
@@ -76,14 +77,20 @@ def measures(run: Path, report: dict, truth: dict[int, set[tuple[str, str]]]) ->
         said += [(colour, (colour, "circle") in pairs)
                  for colour, shape in read_caption(row["caption"], lexicon).attributes if shape == "circle"]
     values["A@Attr circle"] = sum(ok for _, ok in said) / len(said) if said else float("nan")
-    values["red|circle"] = sum(colour == "red" for colour, _ in said) / len(said) if said else float("nan")
+    values["red:circle"] = sum(colour == "red" for colour, _ in said) / len(said) if said else float("nan")
     return values
 
 
 def fmt(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+    """Mean ± sample standard deviation of the seeds that have a value (NaN: no such word was generated); the
+    number of those seeds when some lack one."""
+    known = [v for v in values if not math.isnan(v)]
+    note = f" ({len(known)} seeds)" if len(known) < len(values) else ""
+    if not known:
+        return "n/a"
+    if len(known) == 1:
+        return f"{known[0]:.3f}{note}"
+    return f"{statistics.mean(known):.3f} ± {statistics.stdev(known):.3f}{note}"
 
 
 def table(args: argparse.Namespace) -> str:
