@@ -14,9 +14,11 @@ what they score).
 
 Stage ``train``: binary cross-entropy on the soft scores of the ten human answers (each candidate's official
 accuracy: 0/0.3/0.6/0.9/1), reduced per ``train.bce_reduction``; ``train.schedule`` (MCAN: ``warmup_multistep``),
-``train.epochs``, ``train.batch_size``; validation accuracy (official, in percent) selects the best
-checkpoint. ``model.word_vectors`` initialises the question word embeddings from a local GloVe-format file
-once, before the first epoch of a fresh run (a ``prepare`` hook of the question encoder).
+``train.epochs``, ``train.batch_size``; ``train.lr_scaling: sqrt_groups`` multiplies the schedule by sqrt(k)
+for a group-wise model (LW-Transformer Sec. IV-C, as captioning's ``xe`` stage; checked when a config loads);
+validation accuracy (official, in percent) selects the best checkpoint. ``model.word_vectors`` initialises the
+question word embeddings from a local GloVe-format file once, before the first epoch of a fresh run (a
+``prepare`` hook of the question encoder).
 
 Evaluation answers every question of a split with the top-scoring candidate, writes the results file the
 VQA evaluation server expects (``[{"question_id", "answer"}]``, named
@@ -74,6 +76,7 @@ from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.prepare import PrepareResources
+from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 
 # --- data and model ---------------------------------------------------------------------------------------
@@ -290,6 +293,7 @@ TRAIN: Stage[VQAData] = Stage(
     collate=collate_vqa,
     validator=make_validator,
     selection_metric="accuracy",
+    lr_scaling=True,
 )
 
 
@@ -367,8 +371,9 @@ class VisualQuestionAnswering:
     profile_shapes = ProfileShapes(regions=100, length=14, answers=3129)
 
     def check(self, cfg: Config) -> None:
-        """Build the VQA model on the meta device (every model option, site and mechanism is checked)."""
-        check_vqa_model_config(cfg.model)
+        """Build the VQA model on the meta device (every model option, site and mechanism is checked) and check
+        ``train.lr_scaling`` against it."""
+        lr_scale(cfg.train.lr_scaling, check_vqa_model_config(cfg.model))
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Answer ``request.split`` (default ``val``), write the results file and, with annotations, the official
