@@ -7,6 +7,7 @@ real output (paths in the table are shortened, the real ones are absolute).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -23,8 +24,10 @@ from m2_released import random_released_state
 from vlattn.config import config_to_dict
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap
 from vlattn.data.synth import generate
+from vlattn.data.vocab import Vocabulary
 from vlattn.metrics import evaluate_captions
 from vlattn.metrics.tokenizer import PTBTokenizer
+from vlattn.training.rundir import run_lock
 from tests.test_bad_input import one_line
 from tests.training.conftest import make_tiny_vqa_data, tiny_vqa_config
 
@@ -48,6 +51,7 @@ class Workspace:
 
     def __init__(self, root: Path, run: Path) -> None:
         self.root, self.run, self.data = root, run, run.parent / "data"
+        self.held = contextlib.ExitStack()  # locks a case holds while its command runs
 
     def path(self, name: str) -> Path:
         return self.root / name
@@ -172,6 +176,24 @@ def used_dir(ws: Workspace) -> str:
     (ws.path("used") / "notes.txt").parent.mkdir()
     (ws.path("used") / "notes.txt").write_text("mine")
     return "used"
+
+
+def run_copy(ws: Workspace, *, locked: bool = False, swapped_words: bool = False) -> Path:
+    """A copy of the tiny run (its lock held by this process if ``locked``; two words of its ``vocab-words.json``
+    swapped if ``swapped_words``)."""
+    run = ws.path("run")
+    shutil.copytree(ws.run, run)
+    if locked:
+        ws.held.enter_context(run_lock(run))
+    if swapped_words:
+        words = list(Vocabulary.load(run / "vocab-words.json").itos)
+        words[5], words[6] = words[6], words[5]
+        Vocabulary(words[4:]).save(run / "vocab-words.json")
+    return run
+
+
+def resume(ws: Workspace, *extra: str, **copy: bool) -> list[str]:
+    return ["train", "--out", str(run_copy(ws, **copy)), "--resume", "--device", "cpu", *extra]
 
 
 def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lambda root: None) -> list[str]:
@@ -316,11 +338,24 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "predictions and references differ": lambda ws: library(ws, lambda: evaluate_captions(
         {1: ["a dog"], 2: ["a cat"]}, {2: "a cat"}, tokenizer_backend="python", metrics=("CIDEr",))),
     "unknown tokenizer backend": lambda ws: library(ws, lambda: PTBTokenizer("perl")),
+    "run directory of a running train": lambda ws: resume(ws, locked=True),
+    "checkpoints without `--resume`": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                                  str(run_copy(ws)), "--device", "cpu"],
+    "not a run directory": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                       str(user_dir(ws, "home")), "--device", "cpu"],
+    "nothing to resume": lambda ws: ["train", "--out", str(empty_dir(ws, "empty")), "--resume"],
+    "a start without `--config`": lambda ws: ["train", "--out", str(ws.path("new"))],
+    "resume changing the model or data": lambda ws: resume(ws, "--set", "model.d_model=64"),
+    "`--config` of another run on resume": lambda ws: resume(ws, "--config", written(
+        ws, "other.yaml", (ws.run.parent / "tiny.yaml").read_text().replace("num_heads: 2", "num_heads: 4"))),
+    "resume in another stage": lambda ws: resume(ws, "--stage", "scst"),
+    "the run's vocabulary changed": lambda ws: resume(ws, swapped_words=True),
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
               "line breaks inside a caption", "Java tokenizer returns another line count",
-              "a VQA checkpoint for captioning", "question without words"}
+              "a VQA checkpoint for captioning", "question without words", "Ctrl-C or SIGTERM during training",
+              "kill -9 during the first checkpoint write", "another `batch_size` on resume"}
 
 
 def test_every_row_is_checked() -> None:
@@ -331,11 +366,13 @@ def test_every_row_is_checked() -> None:
 def test_documented_message(name: str, tiny_run: Path, tmp_path: Path, vlattn_cli) -> None:
     message, column = documented()[name]
     ws = Workspace(tmp_path, tiny_run)
-    case = CASES[name](ws)
-    if isinstance(case, str):  # a library call: "Type: message"
-        output = case
-    else:
-        code, _, output = vlattn_cli(*case)
+    with ws.held:
+        case = CASES[name](ws)
+        if isinstance(case, str):  # a library call: "Type: message"
+            output = case
+        else:
+            code, _, output = vlattn_cli(*case)
+    if not isinstance(case, str):
         assert code == 2, output
         if "usage message" not in column:
             assert one_line(output), output

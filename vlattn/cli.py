@@ -15,7 +15,7 @@ import typer
 
 from vlattn.catt.cli import app as catt_app
 from vlattn.data.cli import app as data_app
-from vlattn.errors import VlattnError
+from vlattn.errors import TrainingInterrupted, VlattnError
 from vlattn.scoring.cli import score
 
 app = typer.Typer(help="Attention-based vision-language models: captioning and VQA over region features.",
@@ -43,25 +43,30 @@ DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 
 @app.command()
 def train(
-    config: Path = CONFIG,
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="YAML config (see configs/). With --resume optional: the run keeps its own "
+                                     "config (change training settings with --set)."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (checkpoints, logs, predictions)."),
     overrides: Optional[List[str]] = SET,
     stage: Optional[str] = typer.Option(
-        None, help="Stage of the config's task (default: its first). Captioning: xe (cross-entropy), "
-                   "scst (self-critical, needs --init)."),
+        None, help="Stage of the config's task (default: its first; on --resume the run's). Captioning: xe "
+                   "(cross-entropy), scst (self-critical, needs --init)."),
     init: Optional[Path] = typer.Option(None, help="Checkpoint (or run dir) whose weights the run starts from."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     device: str = DEVICE,
 ) -> None:
-    """Train a stage of the config's task; validation each epoch, best/last checkpoints in OUT/checkpoints."""
+    """Train a stage of the config's task; validation each epoch, best/last checkpoints in OUT/checkpoints.
+
+    Ctrl-C (SIGINT) or SIGTERM saves OUT/checkpoints/last at the next step and exits with status 130/143;
+    --resume continues from there."""
     from vlattn.config import load_config
-    from vlattn.tasks import stage_of, task_of
+    from vlattn.tasks import stage_for_run
     from vlattn.training.stage import run_stage
 
-    cfg = load_config(config, overrides or [])
-    chosen = stage_of(task_of(cfg.task), stage)
-    metrics = run_stage(chosen, cfg, out, resume=resume, device=device, init=init)
-    typer.echo(json.dumps({"task": cfg.task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
+    cfg = load_config(config, overrides or []) if config is not None else None
+    task, chosen = stage_for_run(cfg, out, stage, resume=resume)
+    metrics = run_stage(chosen, cfg, out, overrides=overrides or [], resume=resume, device=device, init=init)
+    typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
 @app.command("eval")
@@ -167,6 +172,12 @@ def main() -> None:
     except VlattnError as err:
         typer.echo(f"error: {' '.join(str(err).splitlines())}", err=True)  # one line, whatever the message
         sys.exit(2)
+    except TrainingInterrupted as stop:
+        typer.echo(f"vlattn: {stop}", err=True)
+        sys.exit(stop.exit_status)
+    except KeyboardInterrupt:
+        typer.echo("vlattn: interrupted (SIGINT)", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -322,6 +322,11 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), yaml.safe_load(raw)
 
 
+def override_key(item: str) -> str:
+    """The dotted key that an ``a.b.c=value`` override sets."""
+    return ".".join(_parse_override(item)[0])
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to nested dicts in place."""
     for item in overrides:

@@ -29,3 +29,30 @@ class DataError(VlattnError):
 
 class ConfigError(VlattnError):
     """A config file or override that does not match the config dataclasses."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM. After the first signal the run saves its ``last`` checkpoint
+    at the next step boundary (``saved``); a second signal stops it at once (the previous checkpoint stays).
+    ``exit_status`` is the shell's convention for a signal, 128 + its number (SIGINT 130, SIGTERM 143)."""
+
+    def __init__(self, signum: int, *, saved: bool, step: int | None = None, epoch: int | None = None,
+                 run_dir: object | None = None) -> None:
+        super().__init__()
+        self.signum, self.saved, self.step, self.epoch, self.run_dir = signum, saved, step, epoch, run_dir
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        import signal
+
+        name = signal.Signals(self.signum).name
+        if self.run_dir is None:
+            where, resume = "", "resume the run to continue"
+        else:
+            where, resume = f" in {self.run_dir}/checkpoints/last", f"continue with: vlattn train --out {self.run_dir} --resume"
+        if self.saved:
+            return f"stopped by {name} at step {self.step} (epoch {(self.epoch or 0) + 1}): checkpoint saved{where}; {resume}"
+        return f"stopped at once by a second {name}, without saving: the last complete checkpoint stays; {resume}"

@@ -4,19 +4,25 @@ Temporary names are ``.<name>.<pid>.<random>.tmp`` next to the target (directori
 aside as ``.<name>.<pid>.<random>.old``). The writer's process id in the name lets a later run tell a leftover
 of a killed writer (:func:`stale_temporaries`) from one that is still being written. Files and directories
 get the permissions the user's umask allows, as if created with ``open``/``mkdir``.
+
+A directory replaced as a whole (a feature store, a checkpoint) is written into a temporary directory and swapped
+in by :func:`replace_dir`. Directories vlattn writes as a whole carry a marker file, :data:`MARKER`, naming their
+kind (:func:`write_marker`, :func:`marker_kind`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 _RANDOM = "[a-z0-9_]{8}"  # tempfile's random part
+MARKER = ".vlattn.json"
 
 
 def umask() -> int:
@@ -47,28 +53,129 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def stale_temporaries(path: str | Path) -> list[Path]:
-    """Leftovers of writers of ``path`` that were killed: vlattn's temporary names whose process is gone."""
-    path = Path(path)
-    if not path.parent.is_dir():
+def _pattern(name: str) -> re.Pattern[str]:
+    """vlattn's temporary names of the file ``name`` (any name if empty): groups target name and process id."""
+    target = re.escape(name) if name else ".+"
+    return re.compile(rf"^\.({target})\.(\d+)\.{_RANDOM}\.(?:tmp|old)$")
+
+
+def _temporaries(directory: Path, name: str, include_own: bool) -> list[Path]:
+    """vlattn's temporaries in ``directory`` (of the file called ``name``; any name if ``name`` is empty) whose
+    writer is gone."""
+    if not directory.is_dir():
         return []
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.{_RANDOM}\.(?:tmp|old)$")
+    pattern, own = _pattern(name), os.getpid()
     return sorted(
         entry
-        for entry in path.parent.iterdir()
-        if (match := pattern.match(entry.name)) and not _alive(int(match.group(1))) and not entry.is_symlink()
+        for entry in directory.iterdir()
+        if (match := pattern.match(entry.name))
+        and (not _alive(pid := int(match.group(2))) or (include_own and pid == own))
+        and not entry.is_symlink()
     )
 
 
-def remove_stale_temporaries(path: str | Path) -> list[Path]:
-    """Delete :func:`stale_temporaries` of ``path``; returns what was removed."""
-    removed = stale_temporaries(path)
+def temporary_target(entry: Path) -> Path:
+    """The path a vlattn temporary ``entry`` (``.<name>.<pid>.<random>.tmp``) was written for."""
+    match = _pattern("").match(entry.name)
+    if match is None:
+        raise ValueError(f"{entry} is not a vlattn temporary name")
+    return entry.with_name(match.group(1))
+
+
+def stale_temporaries(path: str | Path, *, include_own: bool = False) -> list[Path]:
+    """Leftovers of writers of ``path`` that were killed: vlattn's temporary names whose process is gone.
+
+    ``include_own``: this process has not written ``path`` yet, so temporaries named with its own process id
+    are a previous process's that had the same id (a restarted container) and are stale too.
+    """
+    path = Path(path)
+    return _temporaries(path.parent, path.name, include_own)
+
+
+def stale_temporaries_in(directory: str | Path, *, include_own: bool = False) -> list[Path]:
+    """:func:`stale_temporaries` of every file in ``directory``."""
+    return _temporaries(Path(directory), "", include_own)
+
+
+def remove_paths(paths: Iterable[Path]) -> list[Path]:
+    """Delete files and directory trees (leftovers found by :func:`stale_temporaries`); returns them."""
+    removed = list(paths)
     for entry in removed:
         if entry.is_dir():
             shutil.rmtree(entry)
         else:
             entry.unlink()
     return removed
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Delete :func:`stale_temporaries` of ``path``; returns what was removed."""
+    return remove_paths(stale_temporaries(path))
+
+
+def swap_partner(tmp: Path) -> Path:
+    """The name under which :func:`replace_dir` keeps the replaced directory while it swaps ``tmp`` in."""
+    return tmp.with_name(tmp.name[: -len(".tmp")] + ".old")
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Make the complete directory ``tmp`` (from :func:`make_temporary_dir`) ``path``: an existing ``path`` is moved
+    aside as :func:`swap_partner` of ``tmp``, ``tmp`` renamed to ``path``, then the old one deleted.
+
+    A crash leaves ``path`` either old or new: if it hits between the two renames, ``path`` is missing and both
+    ``tmp`` and its partner are there — a ``.old`` exists only once ``tmp`` is complete, so ``tmp`` can be
+    renamed into place (:func:`recover_swap`).
+    """
+    old = swap_partner(tmp)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def recover_swap(path: Path, leftovers: list[Path]) -> Path | None:
+    """Finish a :func:`replace_dir` of ``path`` that a crash interrupted between its two renames: if ``path`` is
+    missing and ``leftovers`` (stale temporaries of ``path``) hold a ``.tmp`` together with its ``.old`` partner,
+    the ``.tmp`` is complete and becomes ``path``. Returns the ``.tmp`` used, or None."""
+    if path.exists():
+        return None
+    names = {entry.name for entry in leftovers}
+    for entry in leftovers:
+        if entry.name.endswith(".tmp") and swap_partner(entry).name in names:
+            os.replace(entry, path)
+            return entry
+    return None
+
+
+def finish_files(directory: Path) -> None:
+    """Give every file directly in ``directory`` the permissions the umask allows (writers such as safetensors
+    create 0600 files) and flush it to disk, before the directory is swapped into place."""
+    mode = 0o666 & ~umask()
+    for entry in directory.iterdir():
+        if entry.is_file():
+            os.chmod(entry, mode)
+            with open(entry, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def write_marker(root: Path, kind: str, entries: Iterable[str] = ()) -> None:
+    """Mark directory ``root`` as a ``kind`` written by vlattn holding ``entries`` (atomically)."""
+    atomic_write_text(root / MARKER, json.dumps({"written_by": "vlattn", "kind": kind, "entries": sorted(entries)}))
+
+
+def marker_kind(root: Path) -> tuple[str, frozenset[str]] | None:
+    """``(kind, entries)`` of the vlattn marker in directory ``root``, or None when it has no valid marker."""
+    try:
+        data = json.loads((root / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != "vlattn" or not isinstance(data.get("kind"), str):
+        return None
+    entries = data.get("entries")
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        return None
+    return data["kind"], frozenset(entries)
 
 
 def make_temporary_dir(path: Path, suffix: str = ".tmp") -> Path:

@@ -153,3 +153,28 @@ def test_leftovers_of_killed_writers_are_cleaned_and_nothing_else(tmp_path: Path
     convert_store(source, tmp_path / "out.h5", "m2-hdf5")
     assert not stale_dir.exists() and not stale_old.exists() and not stale_file.exists()
     assert running.is_dir() and all(file.read_text() == "keep me" for file in hidden)
+
+
+@pytest.mark.parametrize("command", ["synth", "convert"])
+def test_a_writer_killed_before_its_swap_leaves_a_leftover_the_next_run_removes(
+    command: str, tmp_path: Path, source: Path, vlattn_cli
+) -> None:
+    """A real ``vlattn data synth``/``convert`` killed (SIGKILL) at its first store swap (``convert``: its complete
+    store; ``synth``: the feature store inside the set it is writing): the hidden ``.tmp`` stays behind; the next
+    run of the command removes it and writes the destination."""
+    from tests.training.subproc import Child
+
+    out = tmp_path / "out"
+    args = {"synth": ["data", "synth", "--out", str(out), "--images", "12", "--val", "2", "--test", "2",
+                      "--feature-dim", "8", "--epochs", "1"],
+            "convert": ["data", "convert", "--from", str(source), "--to", str(out), "--format", "memmap"]}[command]
+    child = Child(tmp_path, "store:1", *args)
+    pid = child.wait_ready()
+    child.kill()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert not out.exists() and len(leftovers) == 1 and leftovers[0].startswith(f".out.{pid}.")
+    assert leftovers[0].endswith(".tmp") and (tmp_path / leftovers[0]).is_dir()
+    code, _, err = vlattn_cli(*args)
+    assert code == 0, err
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert (out / MARKER).is_file()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import tiny_captioner, tiny_inputs
+from tests.models.conftest import tiny_captioner, tiny_inputs
 
 from vlattn.data.regions import normalize_boxes
 from vlattn.layers.boxes import box_channels

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, tiny_inputs
+from tests.models.conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, tiny_inputs
 
 from vlattn.attention import reorder_state
 from vlattn.decoding import beam_search, greedy_decode, sample

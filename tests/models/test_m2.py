@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_config, tiny_inputs
+from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_config, tiny_inputs
 
 from vlattn.attention import ATTENTION, MemoryAugmentedAttention, MultiHeadAttention, build_attention
 from vlattn.config import ModelConfig, Spec, load_config

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_inputs
+from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_inputs
 from m2_released import ReleasedStateful, random_released_state, released_beam_search, released_log_probs
 from test_m2 import m2_config
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import FEATURE_DIM, VOCAB, tiny_captioner
+from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 
 from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
 

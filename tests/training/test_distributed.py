@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -12,12 +15,16 @@ import pytest
 import torch
 import torch.distributed as dist
 import yaml
+from safetensors.torch import load_file
 
 from vlattn.config import config_to_dict
+from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.distributed import DistContext, average_gradients
 from vlattn.training.loop import EpochBatchSampler
+from vlattn.training.rundir import run_lock
 from tests.slow import scaled
 from tests.training.conftest import tiny_config
+from tests.training.subproc import Child
 
 
 def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
@@ -28,7 +35,7 @@ def test_ranks_read_disjoint_shards_of_the_same_permutation() -> None:
     assert len(rank0) == len(rank1) == 5
     # An odd number of batches is cut so every rank takes the same number of steps.
     assert len(EpochBatchSampler(44, 4, seed=3, epoch=1, ctx=DistContext(1, 2)).batches) == 5
-    assert EpochBatchSampler(40, 4, seed=3, epoch=1, skip=2).batches == single[2:]
+    assert EpochBatchSampler(40, 4, seed=3, epoch=1, start=8).batches == single[2:]
 
 
 def _free_port() -> int:
@@ -70,3 +77,60 @@ def test_torchrun_two_processes(tiny_data: Path, tmp_path: Path) -> None:
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 4 * epochs + 1))
     assert sum(r["kind"] == "val" for r in records) == epochs
     assert (run / "checkpoints" / "best" / "model.safetensors").is_file()
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}", *args]
+
+
+def worker_exit_codes(stderr: str) -> list[str]:
+    """The exit codes torchrun reports for its failed workers: a worker's own, or -15 for one that torchrun ended
+    (SIGTERM) because another had exited first."""
+    return re.findall(r"exitcode  : (-?\d+)", stderr)
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_share_the_lock_outcome(tiny_data: Path, tmp_path: Path) -> None:
+    """Rank 0 takes the run's lock; when it cannot, every rank exits 2 with its message (none waits forever)."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=1"))))
+    run = tmp_path / "run"
+    run.mkdir()
+    with run_lock(run):
+        result = subprocess.run(torchrun("-m", "vlattn.cli", "train", "--config", str(config), "--out", str(run),
+                                         "--device", "cpu"), capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    message = f"{run}: run directory is in use by process {os.getpid()} (another vlattn train)"
+    codes = worker_exit_codes(result.stderr)
+    assert result.returncode != 0 and "2" in codes and set(codes) <= {"2", "-15"}, result.stderr[-3000:]
+    assert len(lines) >= 2 - codes.count("-15") and all(message in line for line in lines), result.stderr[-3000:]
+    # torchrun itself then reports the failed workers (its own traceback); the workers print no traceback
+    assert "[rank" not in result.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_a_signal_to_one_rank_stops_all_at_the_same_step(tiny_data: Path, tmp_path: Path) -> None:
+    """SIGTERM to rank 1 only: the ranks agree, rank 0 saves at the step boundary, every rank says so and exits
+    143 (or is ended by torchrun, SIGTERM, once the first of them has exited), and the run resumed under torchrun
+    ends with the weights of an uninterrupted one."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny_config(tiny_data, "train.epochs=2"))))
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    train = ["--threads", "1", "train", "--config", str(config), "--device", "cpu", "--out"]
+    done = subprocess.run(torchrun("-m", "vlattn.cli", *train, str(straight)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    child = Child(tmp_path, "signal:3", *train, str(run), launcher=torchrun("-m")[1:], rank=1)
+    os.kill(child.wait_ready(), signal.SIGTERM)
+    _, err = child.finish()
+    stopped = [line for line in err.splitlines() if line.startswith("vlattn: stopped by SIGTERM at step 3 (epoch 1)")]
+    codes = worker_exit_codes(err)
+    assert "143" in codes and set(codes) <= {"143", "-15"} and len(stopped) >= 2 - codes.count("-15"), err[-3000:]
+    assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["step"] == 3
+
+    resumed = subprocess.run(torchrun("-m", "vlattn.cli", "--threads", "1", "train", "--out", str(run), "--resume",
+                                      "--device", "cpu"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in ("last", "best"):
+        ours, theirs = (load_file(str(r / "checkpoints" / name / "model.safetensors")) for r in (run, straight))
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs), name

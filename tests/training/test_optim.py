@@ -13,6 +13,7 @@ from torch import nn
 
 from vlattn.attention import build_attention
 from vlattn.errors import VlattnError
+from vlattn.training.logging import RunLog
 from vlattn.training.loop import LoopOptions, Trainer
 from vlattn.training.optim import build_optimizer, parameter_groups
 from vlattn.training.schedules import Constant
@@ -94,12 +95,12 @@ def test_decay_moves_only_decayed_parameters() -> None:
             assert (torch.sign(moved[nonzero]) == -torch.sign(before[name][nonzero])).all(), name
 
 
-def trainer_for(model: nn.Module, run_dir: Path, weight_decay: float, betas=(0.9, 0.98)) -> Trainer:
+def trainer_for(model: nn.Module, weight_decay: float, betas=(0.9, 0.98)) -> Trainer:
     return Trainer(
         model=model, optimizer=build_optimizer(model, betas, weight_decay), schedule=Constant(1e-3),
         objective=lambda m, b: (m(b["x"]).sum(), {}), dataset=[torch.ones(2)] * 4,
         collate=lambda rows: {"x": torch.stack(rows)}, validate=None,
-        run_dir=run_dir, write_checkpoint=lambda name, state: None,
+        write_checkpoint=lambda name, state: None,
         options=LoopOptions(stage="s", epochs=1, batch_size=2, seed=0, selection_metric="m"),
     )
 
@@ -108,15 +109,15 @@ def test_resume_keeps_the_configured_hyper_parameters(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = nn.Linear(2, 2)
     saved: dict[str, dict] = {}
-    first = trainer_for(model, tmp_path, 0.1)
+    first = trainer_for(model, 0.1)
     first.write_checkpoint = lambda name, state: saved.update({name: state})
-    first.fit()
+    first.fit(RunLog(tmp_path))
     state = saved["last"]
     assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.1, 0.0]
-    resumed = trainer_for(model, tmp_path, 0.2, betas=(0.8, 0.9))
+    resumed = trainer_for(model, 0.2, betas=(0.8, 0.9))
     resumed.restore(state)
     assert [g["weight_decay"] for g in resumed.optimizer.param_groups] == [0.2, 0.0]
     assert all(g["betas"] == (0.8, 0.9) for g in resumed.optimizer.param_groups)
     # switching decay off changes the groups: a one-line error, not a traceback
     with pytest.raises(VlattnError, match="optimizer does not match"):
-        trainer_for(model, tmp_path, 0.0).restore(state)
+        trainer_for(model, 0.0).restore(state)

@@ -65,7 +65,7 @@ def test_crash_during_checkpoint_write_keeps_previous(tiny_data: Path, tmp_path:
 
     monkeypatch.setattr(checkpoint_module, "save_model", broken_save)
     with pytest.raises(OSError):
-        tasks.train(tiny_config(tiny_data, "train.epochs=2"), run, resume=True, device="cpu")
+        tasks.train(None, run, overrides=["train.epochs=2"], resume=True, device="cpu")
     after = _weights(run)
     assert all((before[k] == after[k]).all() for k in before)
     assert load_checkpoint(run / "checkpoints" / "last", with_state=True).train_state["loop"]["epoch"] == 1

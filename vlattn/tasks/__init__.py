@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioning import CAPTIONING
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
+from vlattn.training.rundir import RunDirectory
 from vlattn.training.stage import Stage, run_stage
 
 TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
@@ -36,13 +38,46 @@ def stage_of(task: Task, name: str | None) -> Stage:
 
 
 def train(
-    cfg: Config, run_dir: str | Path, *, stage: str | None = None, resume: bool = False, device: str = "auto",
-    init: str | Path | None = None,
+    cfg: Config | None, run_dir: str | Path, *, overrides: Sequence[str] = (), stage: str | None = None,
+    resume: bool = False, device: str = "auto", init: str | Path | None = None,
 ) -> dict[str, float]:
-    """Run ``stage`` (default: the first) of the config's task in ``run_dir``; returns the last validation
-    metrics."""
-    chosen = stage_of(task_of(cfg.task), stage)
-    return run_stage(chosen, cfg, run_dir, resume=resume, device=device, init=init)
+    """Run ``stage`` of the config's task in ``run_dir``; returns the last validation metrics.
+
+    ``cfg``: the configuration given (with the ``overrides`` applied); on ``resume`` it may be None: the run keeps
+    its own configuration, ``overrides`` (``--set`` items) change training settings, and the stage defaults to
+    the one of the run's checkpoint. Otherwise the stage defaults to the task's first.
+    """
+    _, chosen = stage_for_run(cfg, run_dir, stage, resume=resume)
+    return run_stage(chosen, cfg, run_dir, overrides=overrides, resume=resume, device=device, init=init)
+
+
+def stage_for_run(cfg: Config | None, run_dir: str | Path, stage: str | None, *, resume: bool) -> tuple[str, Stage]:
+    """The task and stage :func:`train` runs: ``stage`` of the task of ``cfg`` (on ``resume``: of the run in
+    ``run_dir``); by default the task's first stage, or on ``resume`` the stage of the run's checkpoint."""
+    if cfg is None and not resume:
+        raise ConfigError("--config is required to start a run (only --resume can do without it)")
+    task, saved_stage = (cfg.task if cfg is not None else None), None
+    if resume:
+        task, saved_stage = resume_target(run_dir, task)
+    return task, stage_of(task_of(task), stage if stage is not None else saved_stage)
+
+
+def resume_target(run_dir: str | Path, task: str | None) -> tuple[str, str | None]:
+    """The task and stage of the run in ``run_dir`` (read without its lock: neither ever changes in a run).
+    ``task`` (of a ``--config`` given) is checked against the run's."""
+    run = RunDirectory(run_dir)
+    latest = run.latest()
+    checkpoint = load_checkpoint(latest, with_state=True) if latest is not None else None
+    saved = checkpoint.config if checkpoint is not None else run.saved_config()
+    if saved is None:
+        if task is None:
+            raise ConfigError(f"{run_dir}: nothing to resume (no checkpoint and no config.yaml); pass --config to "
+                              "start a run")
+        return task, None
+    if task is not None and task != saved.task:
+        raise ConfigError(f"cannot resume: --config has task={task!r} but the run is a {saved.task} run")
+    state = checkpoint.train_state if checkpoint is not None else None
+    return saved.task, None if state is None else str(state.get("stage"))
 
 
 def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> dict[str, Any]:
@@ -64,6 +99,7 @@ __all__ = [
     "evaluate",
     "format_report",
     "output_dir",
+    "stage_for_run",
     "stage_of",
     "task_of",
     "train",

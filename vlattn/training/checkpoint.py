@@ -15,10 +15,14 @@ a vocabulary file that was replaced or edited is a one-line :class:`~vlattn.erro
 captions. Checkpoints written before named vocabularies hold ``vocab.json`` and no metadata: that file is
 read as the ``words`` vocabulary, unchecked.
 
-A checkpoint is written as a whole: files go into ``<dir>.tmp``, which then replaces ``<dir>`` by renames
-(the previous version is kept as ``<dir>.old`` until the swap is complete). A crash at any moment therefore
-leaves either the old or the new checkpoint readable, never a mix; :func:`resolve_checkpoint` falls back to
-``<dir>.old`` if a crash hit between the two renames.
+A checkpoint is written as a whole: files go into a temporary directory ``.<dir>.<pid>.<random>.tmp`` next to
+it, are flushed to disk, and the directory replaces ``<dir>`` by renames (:func:`vlattn.io.replace_dir`; the
+previous version is kept as ``.<dir>.<pid>.<random>.old`` until the swap is complete). A crash at any moment
+therefore leaves either the old or the new checkpoint readable, never a mix. Before a run writes checkpoints
+again, :func:`recover_checkpoint` finishes a swap that a crash cut between its two renames and deletes the
+leftovers of killed writers (a first checkpoint whose write was killed leaves no checkpoint, only a leftover).
+Checkpoints written by earlier versions used ``<dir>.tmp``/``<dir>.old``; :func:`resolve_checkpoint` and
+:func:`recover_checkpoint` still understand them.
 
 ``train_state.pt`` holds only tensors and plain Python containers (optimizer state, RNG states,
 counters) and is read with ``torch.load(..., weights_only=True)``.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +45,15 @@ from safetensors.torch import load_model, save_model
 
 from vlattn.config import Config, config_from_dict, save_config
 from vlattn.errors import DataError
+from vlattn.io import (
+    finish_files,
+    make_temporary_dir,
+    recover_swap,
+    remove_paths,
+    remove_stale_temporaries,
+    replace_dir,
+    stale_temporaries,
+)
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -118,25 +132,49 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint directory atomically (see module docstring). Returns its path."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    old = path.with_name(path.name + ".old")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
-    save_model(model, str(tmp / MODEL_FILE), metadata={VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)})
-    save_config(config, tmp / CONFIG_FILE)
-    save_vocabularies(tmp, vocabularies)
-    if train_state is not None:
-        torch.save(train_state, tmp / STATE_FILE)
-    if old.exists():
-        shutil.rmtree(old)
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    if old.exists():
-        shutil.rmtree(old)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    tmp = make_temporary_dir(path)
+    try:
+        hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
+        save_model(model, str(tmp / MODEL_FILE), metadata={VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)})
+        save_config(config, tmp / CONFIG_FILE)
+        save_vocabularies(tmp, vocabularies)
+        if train_state is not None:
+            torch.save(train_state, tmp / STATE_FILE)
+        finish_files(tmp)
+        replace_dir(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
     return path
+
+
+def is_complete(path: Path) -> bool:
+    """``path`` holds a checkpoint (weights and config; a checkpoint directory only appears complete)."""
+    return (path / MODEL_FILE).is_file() and (path / CONFIG_FILE).is_file()
+
+
+def recover_checkpoint(path: str | Path) -> str | None:
+    """Make checkpoint ``path`` whole again after a crash, before a run writes it again (the caller holds the run's
+    lock, so no writer is alive): finish a swap cut between its renames, delete leftovers of killed writers.
+    Returns a note of what was found, or None when there was nothing to do."""
+    path = Path(path)
+    leftovers = stale_temporaries(path, include_own=True)
+    legacy = [p for p in (path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")) if p.exists()]
+    if not leftovers and not legacy:
+        return None
+    note = f"{path}: removed {len(leftovers) + len(legacy)} leftover(s) of an interrupted checkpoint write"
+    swapped = recover_swap(path, leftovers)
+    if swapped is not None:
+        leftovers.remove(swapped)
+        note = f"{path}: completed a checkpoint swap interrupted between its renames"
+    elif not path.exists() and is_complete(legacy_old := path.with_name(path.name + ".old")):
+        os.replace(legacy_old, path)
+        legacy.remove(legacy_old)
+        note = f"{path}: restored the previous checkpoint kept as {legacy_old.name}"
+    remove_paths(leftovers + legacy)
+    return note
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -145,7 +183,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     candidates = [path, path / "checkpoints" / "best", path / "checkpoints" / "last"]
     for candidate in candidates:
         for variant in (candidate, candidate.with_name(candidate.name + ".old")):
-            if (variant / MODEL_FILE).is_file() and (variant / CONFIG_FILE).is_file():
+            if is_complete(variant):
                 return variant
     raise DataError("no checkpoint found (expected model.safetensors + config.json, or a run dir)", path=path)
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from vlattn.errors import ConfigError
+from vlattn.errors import ConfigError, VlattnError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,38 @@ def broadcast_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
         return
     for tensor in list(model.parameters()) + list(model.buffers()):
         dist.broadcast(tensor.data, src=0)
+
+
+def max_over_ranks(value: int, ctx: DistContext, device: torch.device) -> int:
+    """The largest ``value`` of all ranks (``value`` itself for one process)."""
+    if ctx.world_size <= 1:
+        return value
+    flat = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+    return int(flat.item())
+
+
+def on_main(ctx: DistContext, compute: Callable[[], T]) -> T:
+    """``compute()`` run by rank 0 only, its result shared with every rank. If it fails, every rank fails: rank 0
+    with its error, the others with a :class:`~vlattn.errors.VlattnError` repeating its message (so no rank waits
+    for a rank that is gone)."""
+    if ctx.world_size <= 1:
+        return compute()
+    payload: list[object] = [None]
+    failure: Exception | None = None
+    if ctx.is_main:
+        try:
+            payload = [("ok", compute())]
+        except Exception as err:  # noqa: BLE001 - re-raised below, after the other ranks are told
+            failure, payload = err, [("failed", " ".join(str(err).splitlines()))]
+    dist.broadcast_object_list(payload, src=0)
+    dist.barrier()  # every rank has the payload before rank 0 may raise and exit
+    status, value = payload[0]  # type: ignore[misc]
+    if failure is not None:
+        raise failure
+    if status == "failed":
+        raise VlattnError(f"rank 0: {value}")
+    return value  # type: ignore[return-value]
 
 
 def broadcast_int(value: int, ctx: DistContext, device: torch.device) -> int:

@@ -13,25 +13,31 @@ the global RNG), DataLoader worker seeds come from a dedicated generator, valida
 ``torch.random.fork_rng``, and a checkpoint stores optimizer state, the torch/CUDA/Python RNG states and
 the position inside the epoch. Resuming from a checkpoint therefore replays exactly the batches and
 dropout masks an uninterrupted run would have seen (the tests check bit-identical weights).
+
+The position inside an epoch is counted in samples of the epoch's permutation, not in batches: a run resumed
+with another ``batch_size`` (or number of ranks) cuts the rest of the permutation into batches of the new size,
+so every sample of the epoch is seen once. SIGINT/SIGTERM stop the run at the next step boundary with a
+``last`` checkpoint (:mod:`vlattn.training.signals`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from vlattn.errors import VlattnError
-from vlattn.training.distributed import DistContext, average_gradients, broadcast_int
+from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
+from vlattn.training.signals import StopSignals, ignore_stop_signals
 
 Batch = dict[str, Any]
 Objective = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
@@ -41,20 +47,24 @@ CheckpointWriter = Callable[[str, dict[str, Any]], None]
 
 
 class EpochBatchSampler(Sampler[list[int]]):
-    """Batches of a seeded per-epoch permutation, sharded over ranks, optionally skipping a prefix.
+    """Batches of a seeded per-epoch permutation, sharded over ranks, starting ``start`` samples into it.
 
-    The permutation depends only on ``(seed, epoch)``; rank ``r`` of ``w`` takes batches
-    ``r, r + w, ...`` of the global batch list, so all ranks step the same number of times.
+    The permutation depends only on ``(seed, epoch)``; its part from ``start`` on is cut into global batches of
+    ``batch_size``; rank ``r`` of ``w`` takes batches ``r, r + w, ...``, so all ranks step the same number of
+    times (the last ``< w`` batches of an epoch are left out). ``ends[k]``: the position in the permutation
+    (in samples) after step ``k`` of this sampler, the same on every rank.
     """
 
     def __init__(
-        self, num_items: int, batch_size: int, *, seed: int, epoch: int, skip: int = 0, ctx: DistContext = DistContext()
+        self, num_items: int, batch_size: int, *, seed: int, epoch: int, start: int = 0, ctx: DistContext = DistContext()
     ) -> None:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        order = torch.randperm(num_items, generator=generator).tolist()
-        batches = [order[i : i + batch_size] for i in range(0, num_items, batch_size)]
+        order = torch.randperm(num_items, generator=generator).tolist()[start:]
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         usable = len(batches) - len(batches) % ctx.world_size
-        self.batches = batches[:usable][ctx.rank :: ctx.world_size][skip:]
+        steps = [batches[k : k + ctx.world_size] for k in range(0, usable, ctx.world_size)]
+        self.batches = [step[ctx.rank] for step in steps]
+        self.ends = list(itertools.accumulate((sum(map(len, step)) for step in steps), initial=start))[1:]
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self.batches)
@@ -82,17 +92,29 @@ class LoopOptions:
 
 @dataclass
 class LoopState:
-    """Counters carried across a resume."""
+    """Counters carried across a resume: the epoch, the position in its permutation (samples, all ranks
+    together), the optimiser step, the best validation score, and the number of records in the run log
+    (``metrics.jsonl``) when the state was saved."""
 
     epoch: int = 0
-    batch_in_epoch: int = 0
+    sample_in_epoch: int = 0
     step: int = 0
     best_score: float = -math.inf
+    log_records: int = 0
     stale_epochs: int = 0  # validated epochs since the best one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step,
-                "best_score": self.best_score, "stale_epochs": self.stale_epochs}
+        return {"epoch": self.epoch, "sample_in_epoch": self.sample_in_epoch, "step": self.step,
+                "best_score": self.best_score, "log_records": self.log_records, "stale_epochs": self.stale_epochs}
+
+    @classmethod
+    def from_dict(cls, loop: dict[str, Any], samples_per_batch: int) -> LoopState:
+        """The state saved by :meth:`to_dict`. States saved before positions were counted in samples hold
+        ``batch_in_epoch``, converted with ``samples_per_batch`` (the saving run's batch size x ranks), and no
+        ``log_records`` (-1: unknown)."""
+        sample = loop.get("sample_in_epoch", int(loop.get("batch_in_epoch", 0)) * samples_per_batch)
+        return cls(int(loop["epoch"]), int(sample), int(loop["step"]), float(loop["best_score"]),
+                   int(loop.get("log_records", -1)), int(loop.get("stale_epochs", 0)))
 
 
 def _rng_state() -> dict[str, Any]:
@@ -119,8 +141,9 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 class Trainer:
-    """Runs one stage of training; logs go to ``run_dir/metrics.jsonl``, checkpoints ``last`` (every epoch and
-    every ``checkpoint_every`` steps) and ``best`` (best ``selection_metric``) to ``write_checkpoint``."""
+    """Runs one stage of training; records go to the :class:`RunLog` given to :meth:`fit`, checkpoints ``last``
+    (every epoch, every ``checkpoint_every`` steps and when stopped by a signal) and ``best`` (best
+    ``selection_metric``) to ``write_checkpoint``."""
 
     def __init__(
         self,
@@ -132,7 +155,6 @@ class Trainer:
         dataset: Dataset,
         collate: Callable[[list[Any]], Batch],
         validate: Validator | None,
-        run_dir: str | Path,
         write_checkpoint: CheckpointWriter,
         options: LoopOptions,
         device: torch.device = torch.device("cpu"),
@@ -145,16 +167,17 @@ class Trainer:
         self.dataset = dataset
         self.collate = collate
         self.validate = validate
-        self.run_dir = Path(run_dir)
         self.write_checkpoint = write_checkpoint
         self.options = options
         self.device = device
         self.ctx = ctx
         self.state = LoopState()
-        self.log = RunLog(self.run_dir, enabled=ctx.is_main)
+        self.log = RunLog("", enabled=False)  # replaced by the run's log in fit()
+        self._saved_at: tuple[int, int, int] | None = None
 
     # --- checkpoints -------------------------------------------------------------------------
     def _train_state(self) -> dict[str, Any]:
+        self.state.log_records = self.log.records
         return {
             "stage": self.options.stage,
             "loop": self.state.to_dict(),
@@ -166,18 +189,22 @@ class Trainer:
         """Write checkpoint ``name`` with the full training state (rank 0 only)."""
         if self.ctx.is_main:
             self.write_checkpoint(name, self._train_state())
+        self._saved_at = (self.state.epoch, self.state.sample_in_epoch, self.state.step)
 
     def restore(self, train_state: dict[str, Any]) -> None:
         """Continue from a saved training state (the model weights are loaded by the caller). The optimizer's
         state (moments, step counts) comes from ``train_state``; its hyper-parameters (betas, weight decay)
-        stay those it was built with, so a resumed run uses the settings it is given."""
+        stay those it was built with, so a resumed run uses the settings it is given. The position inside the
+        epoch is kept in samples, so another batch size continues where the saved run stopped. A state saved
+        before positions were counted in samples is converted with its ``loop.batch_size`` (default: this
+        run's)."""
         if train_state.get("stage") != self.options.stage:
             raise VlattnError(
                 f"cannot resume stage {self.options.stage!r} from a checkpoint of stage {train_state.get('stage')!r}"
             )
         loop = train_state["loop"]
-        self.state = LoopState(int(loop["epoch"]), int(loop["batch_in_epoch"]), int(loop["step"]),
-                               float(loop["best_score"]), int(loop.get("stale_epochs", 0)))
+        batch_size = int(loop.get("batch_size", self.options.batch_size))
+        self.state = LoopState.from_dict(loop, batch_size * self.ctx.world_size)
         settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         try:
             self.optimizer.load_state_dict(train_state["optimizer"])
@@ -189,19 +216,21 @@ class Trainer:
         _set_rng_state(train_state["rng"])
 
     # --- the loop ----------------------------------------------------------------------------
-    def _loader(self, epoch: int, skip: int) -> DataLoader:
+    def _loader(self, epoch: int, start: int) -> tuple[DataLoader, EpochBatchSampler]:
         sampler = EpochBatchSampler(
-            len(self.dataset), self.options.batch_size, seed=self.options.seed, epoch=epoch, skip=skip, ctx=self.ctx
+            len(self.dataset), self.options.batch_size, seed=self.options.seed, epoch=epoch, start=start, ctx=self.ctx
         )
         worker_seed = torch.Generator().manual_seed(self.options.seed + epoch)
-        return DataLoader(
+        loader = DataLoader(
             self.dataset,
             batch_sampler=sampler,
             collate_fn=self.collate,
             num_workers=self.options.num_workers,
             generator=worker_seed,
             pin_memory=self.device.type == "cuda",
+            worker_init_fn=ignore_stop_signals if self.options.num_workers > 0 else None,
         )
+        return loader, sampler
 
     def _step(self, batch: Batch) -> dict[str, float]:
         lr = self.schedule.lr_at(self.state.step, self.state.epoch)
@@ -237,10 +266,10 @@ class Trainer:
         stale = 0 if improved else self.state.stale_epochs + 1
         self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
         self.state.epoch += 1
-        self.state.batch_in_epoch = 0
+        self.state.sample_in_epoch = 0
+        if improved:  # before ``last``: a crash between the two leaves ``last`` at the previous state, so the
+            self.save("best")  # resumed run validates this epoch again and writes ``best`` then
         self.save("last")
-        if improved:
-            self.save("best")
         return metrics
 
     def _done(self) -> bool:
@@ -249,30 +278,47 @@ class Trainer:
     def _out_of_patience(self) -> bool:
         return 0 < self.options.patience <= self.state.stale_epochs
 
-    def fit(self) -> dict[str, float]:
-        """Train until ``epochs`` are done; returns the last validation metrics.
+    def _stop_if_signalled(self, signals: StopSignals) -> None:
+        """At a step boundary: if any rank got SIGINT/SIGTERM, save ``last`` (unless just saved) and stop."""
+        signum = max_over_ranks(signals.signum, self.ctx, self.device)
+        if not signum:
+            return
+        if self._saved_at != (self.state.epoch, self.state.sample_in_epoch, self.state.step):
+            self.save("last")
+        raise TrainingInterrupted(signum, saved=True, step=self.state.step, epoch=self.state.epoch)
+
+    def fit(self, log: RunLog) -> dict[str, float]:
+        """Train until ``epochs`` are done, logging to ``log``; returns the last validation metrics.
 
         ``max_steps`` (> 0) ends the run early: the epoch in progress is closed where it stops
-        (validated, saved as ``last``/``best``), which keeps quick runs usable.
+        (validated, saved as ``last``/``best``), which keeps quick runs usable. SIGINT/SIGTERM save ``last`` at
+        the next step boundary and raise :class:`~vlattn.errors.TrainingInterrupted`.
         """
+        self.log = log
         last_metrics: dict[str, float] = {}
         quiet = not sys.stderr.isatty() or not self.ctx.is_main
-        while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
-            loader = self._loader(self.state.epoch, self.state.batch_in_epoch)
-            bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}", disable=quiet)
-            for batch in bar:
-                logs = self._step(batch)
-                self.state.batch_in_epoch += 1
-                bar.set_postfix(loss=f"{logs['loss']:.3f}", lr=f"{logs['lr']:.2e}")
-                if self.state.step % self.options.log_every == 0:
-                    self.log.write("train", self.state.step, epoch=self.state.epoch, stage=self.options.stage, **logs)
-                if self.options.checkpoint_every and self.state.step % self.options.checkpoint_every == 0:
-                    self.save("last")
-                if self._done():
-                    break
-            last_metrics = self._end_epoch()
-        if self._out_of_patience():
-            self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
-                           reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")
-        self.log.close()
+        try:
+            with StopSignals() as signals:
+                while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
+                    self._stop_if_signalled(signals)
+                    loader, sampler = self._loader(self.state.epoch, self.state.sample_in_epoch)
+                    bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}",
+                               disable=quiet)
+                    for index, batch in enumerate(bar):
+                        logs = self._step(batch)
+                        self.state.sample_in_epoch = sampler.ends[index]
+                        bar.set_postfix(loss=f"{logs['loss']:.3f}", lr=f"{logs['lr']:.2e}")
+                        if self.state.step % self.options.log_every == 0:
+                            self.log.write("train", self.state.step, epoch=self.state.epoch, stage=self.options.stage, **logs)
+                        if self.options.checkpoint_every and self.state.step % self.options.checkpoint_every == 0:
+                            self.save("last")
+                        if self._done():
+                            break
+                        self._stop_if_signalled(signals)
+                    last_metrics = self._end_epoch()
+            if self._out_of_patience():
+                self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
+                               reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")
+        finally:
+            self.log.close()
         return last_metrics

@@ -12,19 +12,23 @@ Run directory layout::
 
     RUN_DIR/config.yaml            the resolved config of the run
     RUN_DIR/vocab-<name>.json      the run's vocabularies (also inside every checkpoint)
-    RUN_DIR/metrics.jsonl          train/val records, appended (also across resumes)
+    RUN_DIR/metrics.jsonl          train/val records; a resumed run drops those written after its checkpoint
+    RUN_DIR/history.jsonl          one record per start of the run (fresh, resumed, settings changed)
     RUN_DIR/checkpoints/last/      the latest checkpoint, with the training state (see
                                    :mod:`vlattn.training.checkpoint` for the files)
     RUN_DIR/checkpoints/best/      the same, for the best validation ``selection_metric``
     RUN_DIR/eval/                  predictions and metrics of ``vlattn eval``
+    RUN_DIR/.vlattn.json, .lock    marker and lock file (:mod:`vlattn.training.rundir`)
 
-A resumed run continues from ``checkpoints/last`` and may change training settings (more epochs, ...)
-but not the task, the model or the data.
+A resumed run continues from ``checkpoints/last`` with the run's own configuration; ``--set`` may change training
+settings (more epochs, another batch size, ...) but not the task, the model or the data. The locking, crash
+recovery and configuration rules are those of :mod:`vlattn.training.rundir`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,24 +37,22 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vlattn.config import Config, config_to_dict, save_config, value_at
-from vlattn.errors import ConfigError, VlattnError
-from vlattn.training.checkpoint import (
-    Checkpoint,
-    NamedVocabulary,
-    load_checkpoint,
-    load_weights,
-    save_checkpoint,
-    save_vocabularies,
+from vlattn.config import Config, value_at
+from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
+from vlattn.training.checkpoint import Checkpoint, NamedVocabulary, load_checkpoint, load_weights, save_checkpoint
+from vlattn.training.distributed import (
+    DistContext,
+    broadcast_parameters,
+    init_distributed,
+    on_main,
+    pick_device,
 )
-from vlattn.training.distributed import broadcast_parameters, init_distributed, pick_device
+from vlattn.training.logging import RunLog
 from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
 from vlattn.training.optim import build_optimizer
 from vlattn.training.prepare import PrepareResources, prepare_model
+from vlattn.training.rundir import RunDirectory, Start, report
 from vlattn.training.schedules import Scaled, build_schedule, lr_scale
-
-# sections of a config that a resumed run must keep (``data.num_workers`` may change)
-FIXED_ON_RESUME = ("task", "model", "data")
 
 
 class StageData(Protocol):
@@ -105,28 +107,13 @@ class Stage(Generic[D]):
     lr_scaling: bool = False
 
 
-def check_resumable(cfg: Config, saved: Config) -> None:
-    """A resumed run may change training/evaluation settings (e.g. more epochs), not the task, model or data."""
-    new, old = config_to_dict(cfg), config_to_dict(saved)
-    for section in FIXED_ON_RESUME:
-        if isinstance(new[section], dict):
-            pairs = {f"{section}.{k}": (v, old[section].get(k)) for k, v in new[section].items() if k != "num_workers"}
-        else:
-            pairs = {section: (new[section], old.get(section))}
-        for key, (value, before) in sorted(pairs.items()):
-            if value != before:
-                raise ConfigError(f"cannot resume: {key} is {value!r} but the checkpoint has {before!r}")
-
-
-def starting_point(stage: Stage, cfg: Config, run_dir: Path, *, resume: bool, init: str | Path | None) -> Checkpoint | None:
-    """The checkpoint a run starts from: the run's own last one (``resume``, with its training state), the
+def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | None) -> Checkpoint | None:
+    """The checkpoint a run starts from: the run's own one (``start.resume_from``, with its training state), the
     ``init`` one (weights and vocabularies only), or None for a fresh run."""
-    if resume:
-        source = load_checkpoint(run_dir / "checkpoints" / "last", with_state=True)
-        check_resumable(cfg, source.config)
-        return source
-    if (run_dir / "checkpoints").exists():
-        raise VlattnError(f"{run_dir}: run directory already has checkpoints; pass --resume to continue it or choose another --out")
+    if start.resume_from is not None:
+        if init is not None:
+            start.notes.append(f"--init {init} ignored: a resumed run continues from its own checkpoint")
+        return load_checkpoint(start.resume_from, with_state=True)
     if init is not None:
         source = load_checkpoint(init)
         if source.config.task != cfg.task:
@@ -139,15 +126,37 @@ def starting_point(stage: Stage, cfg: Config, run_dir: Path, *, resume: bool, in
 
 
 def run_stage(
-    stage: Stage, cfg: Config, run_dir: str | Path, *, resume: bool = False, device: str = "auto",
-    init: str | Path | None = None,
+    stage: Stage, cfg: Config | None, run_dir: str | Path, *, overrides: Sequence[str] = (), resume: bool = False,
+    device: str = "auto", init: str | Path | None = None,
 ) -> dict[str, float]:
-    """Train ``stage`` of ``cfg`` in ``run_dir`` (fresh, resumed, or from ``init`` weights); returns the last
-    validation metrics."""
-    run_dir = Path(run_dir)
-    source = starting_point(stage, cfg, run_dir, resume=resume, init=init)
+    """Train ``stage`` in ``run_dir`` (fresh, resumed, or from ``init`` weights); returns the last validation metrics.
+
+    ``cfg``: the configuration given (``--config`` with ``overrides`` applied); on ``resume`` it may be None (the
+    run keeps its own) and ``overrides`` (the ``--set`` items) are what changes (:func:`~vlattn.training.rundir.
+    resume_config`). Raises :class:`~vlattn.errors.TrainingInterrupted` when stopped by SIGINT/SIGTERM.
+    """
     ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
     dev = pick_device(device, ctx)
+    run = RunDirectory(run_dir)
+    with contextlib.ExitStack() as held:
+
+        def begin() -> Start:  # rank 0, shared with the other ranks
+            held.enter_context(run.locked())
+            return run.begin(cfg, overrides, resume=resume)
+
+        start = on_main(ctx, begin)
+        try:
+            return _train(stage, start, run, init, ctx, dev)
+        except TrainingInterrupted as stop:
+            stop.run_dir = run.path
+            raise
+
+
+def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | None, ctx: DistContext,
+           dev: torch.device) -> dict[str, float]:
+    cfg = start.config
+    source = starting_point(stage, cfg, start, init)
+    resuming = start.resume_from is not None and source is not None and source.train_state is not None
     torch.manual_seed(cfg.train.seed)
     data = stage.load_data(cfg, source)
     model = stage.build_model(cfg, data)
@@ -159,13 +168,11 @@ def run_stage(
     model.to(dev)
     broadcast_parameters(model, ctx)
     vocabularies = dict(data.vocabularies)
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
-        save_vocabularies(run_dir, vocabularies)
+    if start.resume_from is not None and source is not None:
+        run.check_vocabularies(source.hashes, vocabularies)
 
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run_dir / "checkpoints" / name, model, cfg, vocabularies, train_state)
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
@@ -178,7 +185,6 @@ def run_stage(
         dataset=stage.train_set(cfg, data),
         collate=stage.collate,
         validate=stage.validator(cfg, data, dev),
-        run_dir=run_dir,
         write_checkpoint=write_checkpoint,
         options=LoopOptions(
             stage=stage.name,
@@ -196,11 +202,20 @@ def run_stage(
         device=dev,
         ctx=ctx,
     )
+    keep = 0
+    if resuming:
+        assert source is not None and source.train_state is not None
+        loop = {"batch_size": value_at(source.config, stage.batch_size), **source.train_state["loop"]}
+        trainer.restore({**source.train_state, "loop": loop})
+        keep = trainer.state.log_records if trainer.state.log_records >= 0 else run.log_records(trainer.state.step)
+    # every check has passed: from here on the run's files change
+    if ctx.is_main:
+        report(start)
+        run.commit(cfg, vocabularies, start, trainer.state.step, stage.name)
+    log = RunLog(run.path, enabled=ctx.is_main, keep=keep, purge_step=trainer.state.step + 1 if resuming else 0)
     summary = getattr(data, "summary", None)  # optional: sizes of the stage's data for the run log
-    if summary is not None:
-        trainer.log.write("data", 0, stage=stage.name, **summary())
+    if summary is not None:  # at the step the run (re)starts from: one record per start
+        log.write("data", trainer.state.step, stage=stage.name, **summary())
     if prepared:
-        trainer.log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
-    if resume and source is not None and source.train_state is not None:
-        trainer.restore(source.train_state)
-    return trainer.fit()
+        log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
+    return trainer.fit(log)

@@ -10,7 +10,6 @@ if it carries such a marker of an accepted kind and holds nothing else; anything
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -18,32 +17,11 @@ from pathlib import Path
 from typing import Callable, Collection, Generic, Iterable, Iterator, TypeVar
 
 from vlattn.errors import DataError
-from vlattn.io import make_temporary_dir, remove_stale_temporaries
+from vlattn.io import MARKER, make_temporary_dir, marker_kind, remove_stale_temporaries, replace_dir, write_marker
 
 T = TypeVar("T")
 
-MARKER = ".vlattn.json"
 FEATURE_STORE_KINDS = ("memmap", "npz-dir")  # directory stores (an M2 HDF5 store is one file)
-
-
-def write_marker(root: Path, kind: str) -> None:
-    """Mark ``root`` as a ``kind`` written by vlattn, recording the entries it holds now."""
-    entries = sorted(entry.name for entry in root.iterdir() if entry.name != MARKER)
-    (root / MARKER).write_text(json.dumps({"written_by": "vlattn", "kind": kind, "entries": entries}))
-
-
-def marker_kind(root: Path) -> tuple[str, frozenset[str]] | None:
-    """``(kind, entries)`` of the vlattn marker in directory ``root``, or None when it has no valid marker."""
-    try:
-        data = json.loads((root / MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(data, dict) or data.get("written_by") != "vlattn" or not isinstance(data.get("kind"), str):
-        return None
-    entries = data.get("entries")
-    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        return None
-    return data["kind"], frozenset(entries)
 
 
 def refuse_overwrite(path: Path, reason: str, what: str) -> DataError:
@@ -109,14 +87,8 @@ def atomic_dir(
     tmp = make_temporary_dir(path)
     try:
         yield tmp
-        write_marker(tmp, kind)
-        old = None
-        if path.exists():
-            old = path.with_name(tmp.name[: -len(".tmp")] + ".old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old)
+        write_marker(tmp, kind, (entry.name for entry in tmp.iterdir()))
+        replace_dir(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
