@@ -12,9 +12,12 @@ DEMO_VQA_RUN ?= runs/demo-vqa
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# torch==2.13.0 first: the CPU build on this machine's disk (pyproject keeps torch>=2.2).
+# torch==2.13.0 first (the CPU build on this machine's disk; any other torch spec downloads gigabytes, and
+# pyproject keeps torch>=2.2 for GPU users), then the package and its test extras. The venv's own pip
+# installs editable pyproject projects, so no self-upgrade. Byte-compiling stays on: with
+# PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules left uncompiled would be compiled again by
+# every process (benchmarks/RESULTS.md "Demo time").
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)

@@ -6,6 +6,7 @@ import argparse
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -22,13 +23,18 @@ def write_section(heading: str, body: str, path: Path = RESULTS) -> None:
     tmp.replace(path)
 
 
-def parse_args(doc: str, repeats: int) -> argparse.Namespace:
+def parse_args(
+    doc: str, repeats: int, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
     """The options every benchmark takes: ``--repeats``, ``--no-write`` and ``--quick`` (the reduced size that
-    ``make bench`` runs: smaller shapes where the script has them, one repeat, nothing written)."""
+    ``make bench`` runs: smaller shapes where the script has them, one repeat, nothing written); ``extra`` adds a
+    script's own options."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=repeats, help="interleaved runs of each variant")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     parser.add_argument("--quick", action="store_true", help="reduced size, one repeat, print only (make bench)")
+    if extra is not None:
+        extra(parser)
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.no_write = min(args.repeats, 1), True

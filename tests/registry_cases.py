@@ -161,6 +161,30 @@ def call_for(name: str, site: Site, **kwargs: Any) -> Call:
     return self_attention_call(site, **kwargs)
 
 
+def naive_attention_loops(
+    q: Tensor, k: Tensor, v: Tensor, real_keys: Tensor, out_proj: nn.Linear, phi: Any = None
+) -> Tensor:
+    """Projected q, k, v (B, N, D) -> (B, N, D) by loops over images, queries, heads and keys:
+    softmax_j(q_i . k_j / sqrt(d_k) + phi(b, h, i, j)) v per head (padded keys, ``real_keys`` (B, Nk) False,
+    excluded), heads concatenated and projected by ``out_proj``."""
+    batch, count, _ = q.shape
+    d_k = D // H
+    out = torch.zeros(batch, count, out_proj.out_features)
+    for b in range(batch):
+        for i in range(count):
+            heads = []
+            for h in range(H):
+                cols = slice(h * d_k, (h + 1) * d_k)
+                logits = torch.tensor([
+                    float(q[b, i, cols] @ k[b, j, cols]) / d_k**0.5 + (phi(b, h, i, j) if phi else 0.0)
+                    if real_keys[b, j] else float("-inf")
+                    for j in range(k.shape[1])
+                ])
+                heads.append(torch.softmax(logits, 0) @ v[b, :, cols])
+            out[b, i] = out_proj(torch.cat(heads))
+    return out
+
+
 # --- models ---------------------------------------------------------------------------------------------------
 
 

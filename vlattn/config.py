@@ -72,10 +72,17 @@ class ModelConfig:
     encoder_layers: int = bounded(3, ge=0)
     decoder_layers: int = bounded(3, ge=1)
     dropout: float = bounded(0.1, ge=0.0, lt=1.0)
+    # dropout on the attention weights and on the summed word + position embeddings, beyond the paper's
+    # placement (sub-layer outputs): None = the kind's paper default (transformer: none on the weights, `dropout`
+    # on the embeddings, Vaswani et al. Sec. 5.4; m2: neither, M2 Sec. 4.2; mcan: `dropout` on the weights, as its
+    # released code)
+    attention_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
+    embedding_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     max_positions: int = bounded(64, ge=1)
     tie_embeddings: bool = False
     output_bias: bool = True
-    box_input: bool = False
+    box_input: bool = False  # append normalised box channels to the region features (vlattn.layers.boxes)
+    box_encoding: Literal["none", "sinusoidal"] = "none"  # NG-SAN Table 4 "absolute": added to the encoder input
     encoder_self_attention: Spec = spec("mha")
     decoder_self_attention: Spec = spec("mha")
     decoder_cross_attention: Spec = spec("mha")
@@ -160,6 +167,9 @@ class TrainConfig:
     # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
     # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
     scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
+    # GPU options (vlattn/precision.py): autocast dtype of training steps and validation, torch.compile of the layers
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compile: bool = False
 
     def check(self, where: str) -> None:
         for key in ("adam_betas", "scst_adam_betas"):
@@ -185,6 +195,9 @@ class EvalConfig:
     # root holds scenes.json), "synthetic", "off", or a CHAIR synonym file (relative to the data root)
     bias_lexicon: str = "auto"
     bias_instances: list[str] = field(default_factory=list)  # COCO instances_*.json adding ground-truth objects
+    # GPU options (vlattn/precision.py) of vlattn eval / caption decoding
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compile: bool = False
 
 
 @dataclass

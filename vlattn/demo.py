@@ -13,6 +13,8 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -36,6 +38,22 @@ def constant_floor(data_root: Path, split: str = "test", num_candidates: int = 2
     return best_constant_caption(refs, pool, tokenizer_backend="python")
 
 
+class StageClock:
+    """Wall-clock and CPU seconds (this process; METEOR's Java process not included) of each demo stage."""
+
+    def __init__(self) -> None:
+        self.stages: list[tuple[str, float, float]] = []
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.stages.append((name, time.perf_counter() - wall, time.process_time() - cpu))
+
+    def summary(self) -> str:
+        return "; ".join(f"{name} {wall:.0f} s (CPU {cpu:.0f} s)" for name, wall, cpu in self.stages)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("data/synth"))
@@ -47,12 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
+    clock = StageClock()
     try:
         if not (args.data / "dataset.json").is_file():
             from vlattn.data.synth import generate
 
             print(f"[demo] generating the synthetic data set in {args.data}", flush=True)
-            generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
+            with clock.stage("synthetic data"):
+                generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
         cfg = load_config(args.config, [f"data.root={args.data}"])
         runs = [("XE", args.out, "xe", None)]
         if args.scst:
@@ -61,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         for label, run, stage, init in runs:
             resume = (run / "checkpoints" / "last").exists()
             print(f"[demo] {'continuing' if resume else 'training'} {cfg.model.kind} ({label}) in {run}", flush=True)
-            train(cfg, run, stage=stage, resume=resume, device="auto", init=init)
-            reports[label] = evaluate(run, EvalRequest(split="test"))
-        caption, floor = constant_floor(args.data)
+            with clock.stage(f"{label} training"):
+                train(cfg, run, stage=stage, resume=resume, device="auto", init=init)
+            with clock.stage(f"{label} test evaluation"):
+                reports[label] = evaluate(run, EvalRequest(split="test"))
+        with clock.stage("constant-caption floor"):
+            caption, floor = constant_floor(args.data)
         for label, report in reports.items():
             print(f"[{label}] " + format_report(report))
         print(f"  best constant caption {caption!r}: CIDEr-D {floor:.4f}")
@@ -72,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label}: test CIDEr-D {report['scores']['CIDEr']:.4f} = {ratio:.1f}x the constant caption")
         final = reports[runs[-1][0]]["scores"]["CIDEr"]
         ratio = final / floor if floor > 0 else float("inf")
+        print(f"[demo] time: {clock.summary()}")
         print(f"[demo] final model {ratio:.1f}x the constant caption (required >= {FLOOR_RATIO:.0f}x); "
               f"done in {time.perf_counter() - start:.0f} s")
         return 0 if ratio >= FLOOR_RATIO else 1

@@ -84,6 +84,20 @@ def random_corpus(seed: int, images: int, vocab: int = 30, max_refs: int = 5) ->
     return gts, res
 
 
+def unusual_corpus() -> tuple[dict, dict]:
+    """``(gts, res)`` whose captions hold NUL characters, Unicode whitespace, non-ASCII words and long tokens
+    (issue 9: a NUL must not crash BLEU or CIDEr-D; pycocoevalcap treats it as an ordinary character)."""
+    gts = {
+        0: ["a\x00b c d", "a b c\x00", "a\x00 b c"],
+        1: ["\x00 x y", "x\x00y z", "x y\u3000z"],
+        2: ["café au lait", "cafe\xa0au lait", "un café"],
+        3: ["a supercalifragilistic word here", "a supercalifragilisticx word"],
+        4: ["p q r s", "p\tq r"],
+    }
+    res = {0: ["a\x00b c"], 1: ["\x00 x"], 2: ["café\u2003au lait"], 3: ["a supercalifragilistic word"], 4: ["p q\x00 r"]}
+    return gts, res
+
+
 def assert_same_scores(ours: tuple, expected: tuple, rtol: float = 1e-9) -> None:
     """``(corpus score, per-image scores)`` pairs agree (the per-image part may be arrays or lists)."""
     np.testing.assert_allclose(np.asarray(ours[0], dtype=float), np.asarray(expected[0], dtype=float), rtol=rtol, atol=1e-12)

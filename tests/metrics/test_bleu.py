@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from metrics.corpora import assert_same_scores
+from metrics.corpora import assert_same_scores, unusual_corpus
 
 from vlattn.metrics import Bleu
 
@@ -47,3 +47,9 @@ def test_matches_pycocoevalcap(corpus: tuple[dict, dict], option: str) -> None:
     expected = reference.compute_score(option=option, verbose=0)
     ours = Bleu(4, option).compute_score(gts, res)
     assert_same_scores(ours, expected)
+
+
+def test_nul_and_unusual_characters_match_pycocoevalcap() -> None:
+    bleu_mod = pytest.importorskip("pycocoevalcap.bleu.bleu")
+    gts, res = unusual_corpus()
+    assert_same_scores(Bleu(4).compute_score(gts, res), bleu_mod.Bleu(4).compute_score(gts, res, verbose=0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from metrics.corpora import CAPTIONS, assert_same_scores
+from metrics.corpora import CAPTIONS, assert_same_scores, unusual_corpus
 
 from vlattn.metrics import CiderD, PTBTokenizer
 
@@ -40,4 +40,10 @@ def test_matches_pycocoevalcap_on_captions() -> None:
     tokens = PTBTokenizer("python").tokenize({0: CAPTIONS})[0]
     gts = {i: [tokens[(i + j) % len(tokens)] for j in range(1, 1 + i % 5 + 1)] for i in range(len(tokens))}
     res = {i: [tokens[i]] for i in range(len(tokens))}
+    assert_same_scores(CiderD().compute_score(gts, res), cider_mod.Cider().compute_score(gts, res))
+
+
+def test_nul_and_unusual_characters_match_pycocoevalcap() -> None:
+    cider_mod = pytest.importorskip("pycocoevalcap.cider.cider")
+    gts, res = unusual_corpus()
     assert_same_scores(CiderD().compute_score(gts, res), cider_mod.Cider().compute_score(gts, res))

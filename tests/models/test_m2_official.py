@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_inputs
 from m2_released import ReleasedStateful, random_released_state, released_beam_search, released_log_probs
 from test_m2 import m2_config
@@ -157,14 +158,43 @@ def test_official_residual_is_a_norm_per_level_and_no_outer_norm() -> None:
     torch.testing.assert_close(site(x, {"regions": memory}), total / math.sqrt(3))
 
 
-def test_official_placement_drops_attention_and_embedding_dropout_only() -> None:
-    official, paper = official_m2(), official_m2(residual="paper")
-    attentions = lambda model: [m for m in model.modules() if isinstance(m, MultiHeadAttention)]  # noqa: E731
-    assert len(attentions(official)) == 3 + 2 + 2  # encoder self, decoder self, cross
-    assert all(m.dropout == 0.0 for m in attentions(official)) and all(m.dropout == 0.1 for m in attentions(paper))
-    assert official.decoder.dropout.p == 0.0 and paper.decoder.dropout.p == 0.1
-    kept = [m.p for m in official.modules() if isinstance(m, torch.nn.Dropout) and m is not official.decoder.dropout]
-    assert kept and all(p == 0.1 for p in kept)  # input projection, feed-forwards, sub-layer outputs
+class DropoutCalls(TorchDispatchMode):
+    """Counts the dropout masks drawn (``bernoulli_``: ``nn.Dropout`` and SDPA's attention-weight dropout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.ops.aten.bernoulli_.float
+        return func(*args, **(kwargs or {}))
+
+
+def dropout_calls(kind: str, options: dict | None = None, **changes) -> int:
+    """Dropout masks drawn by one teacher-forced training forward of a 3 + 3-layer model."""
+    encoder = Spec("memory", {"slots": 5, "init": "official"}) if kind == "m2" else Spec("mha")
+    cfg = dataclasses.replace(m2_config(encoder_layers=3, decoder_layers=3), kind=kind, dropout=0.1,
+                              encoder_self_attention=encoder, options=options or {}, **changes)
+    model, inputs = build_captioner(cfg, VOCAB, pad_id=PAD).train(), tiny_inputs()
+    with DropoutCalls() as counter:
+        model(model_inputs(inputs), inputs["tokens"])
+    return counter.calls
+
+
+def test_dropout_calls_per_forward_follow_the_papers_and_the_released_code() -> None:
+    # input projection 1 + encoder 3 x (attention output, feed-forward inside, feed-forward output) = 10, then
+    # M2 Sec. 4.2 ("after each attention and feed-forward layer"): decoder 3 x (self-attention output, meshed
+    # cross-attention output, feed-forward inside and output) = 12
+    assert dropout_calls("m2") == 10 + 12
+    # the released code (28 dropout modules) drops each level's cross-attention output: here one call over the
+    # stacked levels (an independent mask per level), so the same 22 calls
+    assert dropout_calls("m2", OFFICIAL) == 22
+    # the optional extras: attention weights (3 encoder, 3 decoder self, 3 x 3 levels cross) and embeddings
+    assert dropout_calls("m2", attention_dropout=0.1, embedding_dropout=0.1) == 22 + 3 + 3 + 9 + 1 == 38  # the old default
+    # Vaswani et al. Sec. 5.4: residual dropout and the embeddings' (not the attention weights')
+    assert dropout_calls("transformer") == 10 + 1 + 3 * 4
+    assert dropout_calls("transformer", attention_dropout=0.1) == 23 + 3 + 3 + 3
+    assert dropout_calls("transformer", embedding_dropout=0.0, attention_dropout=0.0) == 22
 
 
 def test_position_table_is_frozen_saved_and_starts_at_row_one() -> None:

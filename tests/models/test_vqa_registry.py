@@ -214,8 +214,8 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
 
 
 @pytest.mark.parametrize("preset", ["configs/vqa-mcan.yaml", "configs/vqa-mcan-large.yaml", "configs/vqa-demo.yaml",
-                                    "configs/vqa-lw.yaml", "configs/vqa-lw-demo.yaml", "configs/vqa-catt.yaml",
-                                    "configs/vqa-catt-demo.yaml"])
+                                    "configs/vqa-lw.yaml", "configs/vqa-lw-demo.yaml", "configs/vqa-mcan-gsa.yaml",
+                                    "configs/vqa-catt.yaml", "configs/vqa-catt-demo.yaml"])
 def test_vqa_presets_load_and_build(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.task == "vqa" and cfg.train.schedule.name == "warmup_multistep" and cfg.data.max_question_len == 14

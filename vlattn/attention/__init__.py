@@ -23,11 +23,14 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KVCache, SharedKVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KeyValueSource, KVCache, SharedKVCache, StaticKVCache, reorder_state
 from vlattn.attention.catt import AdditiveCausalAttention, CausalAttention
 from vlattn.attention.groupwise import GroupMultiHeadAttention
+from vlattn.attention.gsa import GeometryAwareSelfAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.attention.ngsa import NormalizedGeometryAwareSelfAttention
+from vlattn.attention.nsa import NormalizedSelfAttention
 from vlattn.config import lookup, parse_options
 from vlattn.errors import ConfigError
 
@@ -38,6 +41,9 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "catt": CausalAttention,
     "catt_additive": AdditiveCausalAttention,
     "gmha": GroupMultiHeadAttention,
+    "nsa": NormalizedSelfAttention,
+    "gsa": GeometryAwareSelfAttention,
+    "ngsa": NormalizedGeometryAwareSelfAttention,
 }
 
 
@@ -107,10 +113,14 @@ __all__ = [
     "AttentionOutput",
     "Capabilities",
     "CausalAttention",
+    "GeometryAwareSelfAttention",
     "GroupMultiHeadAttention",
     "KVCache",
+    "KeyValueSource",
     "MemoryAugmentedAttention",
     "MultiHeadAttention",
+    "NormalizedGeometryAwareSelfAttention",
+    "NormalizedSelfAttention",
     "SharedKVCache",
     "Site",
     "StaticKVCache",

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache
+from vlattn.attention.cache import KeyValueSource
 from vlattn.attention.mha import apply_logits_mask, attention_logits_mask, masked_softmax
 
 
@@ -56,7 +56,7 @@ class AdditiveAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         bias: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KeyValueSource | None = None,
         context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:

@@ -3,10 +3,15 @@
 A cache holds the *projected* keys and values of one attention site, laid out (B, H, N, d_k):
 
 - :class:`KVCache` (decoder self-attention): each step projects only the new token(s) and appends them,
-  so step t costs O(t) instead of re-running the whole prefix.
+  so step t costs O(t) instead of re-running the whole prefix. Keys and values sit side by side in one
+  buffer (B, H, capacity, d_k + d_v) that grows by doubling, so appending writes in place and following the
+  beams is one gather per site. With gradients (SCST) the cache appends by concatenation instead: autograd
+  must keep every earlier step's keys/values as they were.
 - :class:`StaticKVCache` (decoder cross-attention): the image's keys/values are projected on first use
-  and reused at every later step (the M2 anchor re-projects them at every step).
-- :class:`SharedKVCache`: compute-once keys/values shared by every row (a global dictionary, batch of one).
+  and reused at every later step (the M2 anchor re-projects them at every step). Captioners keep it once
+  per image, not per beam (see :class:`~vlattn.models.transformer.TransformerState`).
+- :class:`SharedKVCache`: compute-once keys/values shared by every row (a global dictionary, batch of one);
+  never reordered.
 
 Caches live in the decoding state returned by a model's ``encode``; :func:`reorder_state` index-selects
 every tensor of that state (and of the caches in it) to follow beams.
@@ -16,16 +21,91 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 Projector = Callable[[], tuple[Tensor, Tensor]]
+MIN_CAPACITY = 16  # positions allocated by the first append without gradients
+
+
+class KeyValueSource(Protocol):
+    """What attention fetches projected keys/values through: the caches here, or an adapter around one."""
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]: ...
 
 
 class KVCache:
-    """Appending cache: keys/values (B, H, t, d_k) grow by the new positions at every call."""
+    """Appending cache: keys (B, H, t, d_k) and values (B, H, t, d_v) of the t positions so far, views of one
+    buffer (B, H, capacity, d_k + d_v)."""
+
+    def __init__(self, key: Tensor | None = None, value: Tensor | None = None) -> None:
+        """Empty, or holding ``key`` (B, H, t, d_k) and ``value`` (B, H, t, d_v)."""
+        self.buffer = None if key is None else torch.cat([key, value], dim=-1)  # (B, H, capacity, d_k + d_v)
+        self.length = 0 if key is None else key.shape[2]
+        self.key_width = 0 if key is None else key.shape[-1]
+
+    @classmethod
+    def of_buffer(cls, buffer: Tensor, length: int, key_width: int) -> KVCache:
+        """A cache over ``buffer`` (B, H, capacity, d_k + d_v) whose first ``length`` positions are filled."""
+        cache = cls()
+        cache.buffer, cache.length, cache.key_width = buffer, length, key_width
+        return cache
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def key(self) -> Tensor | None:
+        """Keys (B, H, t, d_k), or None before the first append."""
+        return None if self.buffer is None else self.buffer[:, :, : self.length, : self.key_width]
+
+    @property
+    def value(self) -> Tensor | None:
+        """Values (B, H, t, d_v), or None before the first append."""
+        return None if self.buffer is None else self.buffer[:, :, : self.length, self.key_width :]
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
+        """Project the new key/value positions with ``project()``, append them, return all (B, H, t, d)."""
+        key, value = project()  # (B, H, n, d_k), (B, H, n, d_v)
+        new, self.key_width = key.shape[2], key.shape[-1]
+        if key.requires_grad or value.requires_grad or (self.buffer is not None and self.buffer.requires_grad):
+            added = torch.cat([key, value], dim=-1)  # (B, H, n, d_k + d_v)
+            self.buffer = added if self.buffer is None else torch.cat([self.buffer[:, :, : self.length], added], dim=2)
+        else:
+            self._reserve(key, value.shape[-1], self.length + new)
+            self.buffer[:, :, self.length : self.length + new, : self.key_width] = key
+            self.buffer[:, :, self.length : self.length + new, self.key_width :] = value
+        self.length += new
+        return self.key, self.value
+
+    def _reserve(self, like: Tensor, value_width: int, length: int) -> None:
+        """Make the buffer hold at least ``length`` positions (doubling), keeping the positions so far."""
+        capacity = 0 if self.buffer is None else self.buffer.shape[2]
+        if length <= capacity:
+            return
+        batch, heads = like.shape[:2]
+        size = (batch, heads, max(length, 2 * capacity, MIN_CAPACITY), self.key_width + value_width)
+        grown = like.new_empty(size)
+        if self.buffer is not None:
+            grown[:, :, : self.length] = self.buffer[:, :, : self.length]
+        self.buffer = grown
+
+    def reorder(self, index: Tensor) -> KVCache:
+        """A new cache holding batch rows ``index`` (B',): one gather of the positions so far."""
+        if self.buffer is None:
+            return type(self)()
+        used = self.buffer[:, :, : self.length]  # (B, H, t, d_k + d_v)
+        if self.buffer.requires_grad:
+            return self.of_buffer(used.index_select(0, index), self.length, self.key_width)
+        buffer = self.buffer.new_empty((index.shape[0], *self.buffer.shape[1:]))  # same capacity
+        torch.index_select(used, 0, index, out=buffer[:, :, : self.length])
+        return self.of_buffer(buffer, self.length, self.key_width)
+
+
+class StaticKVCache:
+    """Compute-once cache: keys/values (B, H, N, d_k) over a fixed memory (the image regions)."""
 
     def __init__(self, key: Tensor | None = None, value: Tensor | None = None) -> None:
         self.key = key
@@ -35,29 +115,16 @@ class KVCache:
         return 0 if self.key is None else self.key.shape[2]
 
     def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
-        """Project the new key/value positions with ``project()``, append them, return all (B, H, t, d_k)."""
-        key, value = project()
-        if self.key is not None:
-            key = torch.cat([self.key, key], dim=2)  # (B, H, t, d_k)
-            value = torch.cat([self.value, value], dim=2)
-        self.key, self.value = key, value
-        return key, value
-
-    def reorder(self, index: Tensor) -> KVCache:
-        """A new cache holding batch rows ``index`` (B',)."""
-        if self.key is None:
-            return type(self)()
-        return type(self)(self.key.index_select(0, index), self.value.index_select(0, index))
-
-
-class StaticKVCache(KVCache):
-    """Compute-once cache: keys/values (B, H, N, d_k) over a fixed memory (the image regions)."""
-
-    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
         """Return the stored key/value, projecting them with ``project()`` on the first call only."""
         if self.key is None:
             self.key, self.value = project()
         return self.key, self.value
+
+    def reorder(self, index: Tensor) -> StaticKVCache:
+        """A new cache holding batch rows ``index`` (B',) (models that keep one row per beam)."""
+        if self.key is None:
+            return type(self)()
+        return type(self)(self.key.index_select(0, index), self.value.index_select(0, index))
 
 
 class SharedKVCache(StaticKVCache):

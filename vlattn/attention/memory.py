@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
-from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput
-from vlattn.attention.cache import KVCache, Projector
+from vlattn.attention.base import AttentionDims
+from vlattn.attention.cache import KeyValueSource, Projector
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.config import bounded
 
@@ -68,7 +68,7 @@ MEMORY_INITS: dict[str, MemoryInit] = {"paper": paper_init, "official": official
 class MemorySlots:
     """Cache adapter: fetch the input keys/values (through ``cache`` if given), then append the slots."""
 
-    def __init__(self, cache: KVCache | None, keys: Tensor, values: Tensor) -> None:
+    def __init__(self, cache: KeyValueSource | None, keys: Tensor, values: Tensor) -> None:
         self.cache = cache
         self.keys = keys  # (1, H, m, d_k)
         self.values = values  # (1, H, m, d_k)
@@ -125,25 +125,15 @@ class MemoryAugmentedAttention(MultiHeadAttention):
         values = self.split_heads(self.value_scale * self.memory_values[None])
         return keys, values
 
-    def key_value_source(self, cache: KVCache | None) -> MemorySlots:
+    def key_value_source(self, cache: KeyValueSource | None) -> MemorySlots:
         """Fetch the input keys/values through ``cache`` (if any), then append the slots."""
         return MemorySlots(cache, *self.memory())
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        cache: KVCache | None = None,
-        context: AttentionContext | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """As :meth:`MultiHeadAttention.forward`; ``mask``/``bias`` cover the Nk input keys only and are
-        extended with attend (True) / 0 for the memory slots."""
+    def attend(
+        self, q: Tensor, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+        bias: Tensor | None = None, **rest: Any,
+    ) -> tuple[Tensor, Tensor | None]:
+        """As :meth:`MultiHeadAttention.attend`; ``mask``/``bias`` cover the Nk input keys only and are extended
+        with attend (True) / 0 for the memory slots (weights: (B, H, Nq, Nk + m))."""
         mask, bias = extend_columns(mask, self.slots, True), extend_columns(bias, self.slots, 0.0)  # (..., Nk + m)
-        return super().forward(
-            query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
-        )
+        return super().attend(q, query, key, value, mask=mask, bias=bias, **rest)

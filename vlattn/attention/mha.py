@@ -8,14 +8,18 @@ explicit path that also returns the attention weights (for visualisation), and s
 the values (G-MHA's expansion), which SDPA's CPU kernel cannot fuse. A query whose keys are all
 masked gets zero weights and a zero attended value on both paths (what SDPA computes on the CPU).
 
-Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` (NSA normalises
-the queries), :meth:`MultiHeadAttention.project_key_value` / the cache adapter (memory slots), or
-:meth:`MultiHeadAttention.logit_bias` (GSA's geometric bias, computed from the layer's own projections).
+Subclasses change one step and inherit the rest: :meth:`MultiHeadAttention.project_query` and
+:meth:`MultiHeadAttention.project_key_value` (NSA normalises the queries and/or keys over the regions, with the
+context's query mask), :meth:`MultiHeadAttention.key_value_source` / the cache adapter and
+:meth:`MultiHeadAttention.attend` (memory slots), or :meth:`MultiHeadAttention.logit_bias` (GSA's geometric bias,
+computed from the layer's own inputs). :meth:`MultiHeadAttention.attend_each` attends several key/value sources
+with one query projection.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
@@ -25,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities
-from vlattn.attention.cache import KVCache
+from vlattn.attention.cache import KeyValueSource
 from vlattn.layers.grouped import xavier_
 
 
@@ -85,11 +89,11 @@ class MultiHeadAttention(nn.Module):
         """Projected queries (B, H, Nq, d_k)."""
         return self.split_heads(self.q_proj(query))
 
-    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    def project_key_value(self, key: Tensor, value: Tensor, context: AttentionContext | None) -> tuple[Tensor, Tensor]:
         """Projected keys and values, (B, H, Nk, d_k) each."""
         return self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(value))
 
-    def key_value_source(self, cache: KVCache | None) -> KVCache | None:
+    def key_value_source(self, cache: KeyValueSource | None) -> KeyValueSource | None:
         """The object keys/values are fetched through (the cache itself here; memory slots wrap it)."""
         return cache
 
@@ -105,7 +109,7 @@ class MultiHeadAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         bias: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KeyValueSource | None = None,
         context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
@@ -116,7 +120,37 @@ class MultiHeadAttention(nn.Module):
         ``need_weights``: also return the attention weights (B, H, Nq, Nk).
         """
         q = self.project_query(query, context)  # (B, H, Nq, d_k)
-        project = partial(self.project_key_value, key, value)
+        out, weights = self.attend(
+            q, query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
+        )
+        return AttentionOutput(self.out_proj(out), weights)
+
+    def attend_each(
+        self,
+        query: Tensor,
+        sources: Sequence[tuple[Tensor, Tensor, KeyValueSource | None]],
+        *,
+        mask: Tensor | None = None,
+        context: AttentionContext | None = None,
+    ) -> Tensor:
+        """``query`` (B, Nq, D) attending each ``(key, value, cache)`` of ``sources`` in turn: (S, B, Nq, D), the
+        same as stacking :meth:`forward` over the sources, with the query projected once and one output
+        projection for all (M2's meshed cross-attention over the encoder levels)."""
+        q = self.project_query(query, context)  # (B, H, Nq, d_k)
+        merged = [
+            self.attend(q, query, key, value, mask=mask, cache=cache, context=context)[0] for key, value, cache in sources
+        ]
+        return self.out_proj(torch.stack(merged))  # (S, B, Nq, D)
+
+    def attend(
+        self, q: Tensor, query: Tensor, key: Tensor, value: Tensor, *, mask: Tensor | None = None,
+        bias: Tensor | None = None, cache: KeyValueSource | None = None, context: AttentionContext | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The attended values of the projected queries ``q`` (B, H, Nq, d_k), heads merged (B, Nq, H d_v), before
+        the output projection; and the weights (B, H, Nq, Nk) if ``need_weights``. ``query`` is the unprojected
+        query (for :meth:`logit_bias`)."""
+        project = partial(self.project_key_value, key, value, context)
         source = self.key_value_source(cache)
         k, v = project() if source is None else source.fetch(project)  # (B, H, Nk, d_k)
         attn_mask = attention_logits_mask(mask, add_bias(bias, self.logit_bias(query, key, context)))
@@ -124,9 +158,9 @@ class MultiHeadAttention(nn.Module):
         if need_weights or q.shape[-1] != v.shape[-1]:
             # (SDPA's CPU kernel fuses only equal query/value widths; its unfused fallback is ~2x slower than this)
             out, weights = scaled_dot_product_with_weights(q, k, v, attn_mask, dropout)
-            return AttentionOutput(self.out_proj(self.merge_heads(out)), weights if need_weights else None)
+            return self.merge_heads(out), weights if need_weights else None
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)  # (B, H, Nq, d_k)
-        return AttentionOutput(self.out_proj(self.merge_heads(out)), None)
+        return self.merge_heads(out), None
 
 
 def scaled_dot_product_with_weights(

@@ -1,7 +1,9 @@
-"""Positional encodings of decoder tokens.
+"""Sinusoidal encodings and positional encodings of decoder tokens.
 
-- :class:`SinusoidalPositions` (Vaswani et al. 2017, Sec. 3.5):
-  PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); fixed, not saved.
+- :func:`sinusoidal_encoding` (Vaswani et al. 2017, Sec. 3.5):
+  PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) of any real positions
+  (NG-SAN's "absolute" geometry baseline encodes box coordinates with it, :mod:`vlattn.layers.boxes`).
+- :class:`SinusoidalPositions`: the fixed (not saved) table of integer positions 0..max-1 for word sequences.
 - :class:`PositionTable`: a frozen, *saved* table of ``max_positions + 1`` rows whose row 0 is reserved for
   padding and whose position p (0 = the first input token, BOS) reads row p + 1 — the layout of the released
   M2 code's ``nn.Embedding`` position table (see :mod:`vlattn.models.m2`). It starts as the sinusoidal
@@ -17,17 +19,23 @@ import torch
 from torch import Tensor, nn
 
 
+def sinusoidal_encoding(positions: Tensor, d_model: int) -> Tensor:
+    """Encodings (..., d_model) of real ``positions`` (...): sines in the even channels, cosines in the odd."""
+    frequency = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) * (-math.log(10000.0) / d_model)
+    )  # (ceil(d/2),)
+    angles = positions.to(torch.float32)[..., None] * frequency  # (..., ceil(d/2))
+    table = torch.zeros(*positions.shape, d_model, device=positions.device)
+    table[..., 0::2] = torch.sin(angles)
+    table[..., 1::2] = torch.cos(angles[..., : d_model // 2])
+    return table
+
+
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """The (length, d_model) table of sinusoidal encodings for positions 0..length-1."""
     # computed on the CPU even inside a ``torch.device("meta")`` context (config validation builds models there;
     # ``arange`` on the meta device would import torch._dynamo, seconds of start-up for every command)
-    cpu = torch.device("cpu")
-    position = torch.arange(length, dtype=torch.float32, device=cpu)[:, None]  # (L, 1)
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=cpu) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(length, d_model, device=cpu)
-    table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
-    return table
+    return sinusoidal_encoding(torch.arange(length, device=torch.device("cpu")), d_model)
 
 
 class SinusoidalPositions(nn.Module):

@@ -19,13 +19,22 @@ _SMALL = 1e-9
 REFLEN_OPTIONS = ("closest", "shortest", "average")
 
 
-def effective_reference_length(candidate_len: int, reference_lens: Sequence[int], option: str) -> float:
-    """The reference length for the brevity penalty: closest (ties: shorter), shortest or average."""
-    if option == "closest":
-        return min(reference_lens, key=lambda length: (abs(length - candidate_len), length))
+def effective_reference_lengths(
+    candidate_len: np.ndarray, reference_len: np.ndarray, num_refs: np.ndarray, option: str
+) -> np.ndarray:
+    """(G,) reference length of each group for the brevity penalty: the closest to the candidate's (ties: the
+    shorter), the shortest or the average. ``candidate_len`` (G,), ``reference_len`` (R,) grouped in order,
+    ``num_refs`` (G,) >= 1."""
+    group_start = np.cumsum(num_refs) - num_refs
     if option == "shortest":
-        return min(reference_lens)
-    return float(sum(reference_lens)) / len(reference_lens)
+        return np.minimum.reduceat(reference_len, group_start).astype(np.float64)
+    if option == "average":
+        return np.add.reduceat(reference_len, group_start) / num_refs
+    distance = np.abs(reference_len - np.repeat(candidate_len, num_refs))
+    # min over (distance, length): distance * (longest + 1) + length orders the pairs lexicographically
+    scale = int(reference_len.max()) + 1
+    best = np.minimum.reduceat(distance * scale + reference_len, group_start)
+    return (best % scale).astype(np.float64)
 
 
 def bleu_from_counts(correct: np.ndarray, guess: np.ndarray, test_len: np.ndarray, ref_len: np.ndarray) -> np.ndarray:
@@ -59,19 +68,14 @@ class Bleu:
         num_images = len(candidates)
         correct = np.zeros((num_images, self.n))
         for k, order in enumerate(count_ngrams(sentences, self.n)):
-            _, found = layout.matches(order)
-            # Runs: a candidate entry followed by the matching entries of its references (or a lone entry).
-            run_start = np.flatnonzero(~found)
-            max_ref = np.maximum.reduceat(np.where(found, order.count, 0), run_start)
-            clipped = np.minimum(order.count[run_start], max_ref)
-            image = layout.group[order.sentence[run_start]]
-            correct[:, k] = np.bincount(image, clipped, minlength=num_images)
+            runs = layout.runs(order)
+            # Clip the candidate's count of each n-gram by its largest count in one reference.
+            max_ref = np.maximum.reduceat(np.where(runs.from_candidate, 0, order.count), runs.start)
+            clipped = np.where(runs.opened_by_candidate, np.minimum(order.count[runs.start], max_ref), 0)
+            correct[:, k] = np.bincount(runs.group, clipped, minlength=num_images)
         test_len = sentences.lengths[layout.candidate]
         guess = np.maximum(0, test_len[:, None] - np.arange(self.n))
-        ref_len = np.array([
-            effective_reference_length(int(t), [len(r.split()) for r in refs], self.reflen)
-            for t, refs in zip(test_len, references)
-        ], dtype=np.float64)
+        ref_len = effective_reference_lengths(test_len, sentences.lengths[~layout.is_candidate], layout.num_refs, self.reflen)
         per_image = bleu_from_counts(correct, guess, test_len, ref_len)
         corpus = bleu_from_counts(correct.sum(0), guess.sum(0), test_len.sum(), ref_len.sum())
         return [float(x) for x in corpus], [col.tolist() for col in per_image.T]

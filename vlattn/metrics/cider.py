@@ -14,7 +14,7 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from vlattn.metrics.ngrams import Layout, OrderCounts, count_ngrams, document_frequency, encode, paired_captions
+from vlattn.metrics.ngrams import Layout, OrderCounts, Runs, count_ngrams, encode, paired_captions
 
 
 def inverse_document_frequency(df: np.ndarray, num_documents: int) -> np.ndarray:
@@ -23,25 +23,27 @@ def inverse_document_frequency(df: np.ndarray, num_documents: int) -> np.ndarray
 
 
 def cider_d_scores(
-    layout: Layout, lengths: np.ndarray, counts: list[OrderCounts], idf: list[np.ndarray], sigma: float = 6.0
+    layout: Layout, lengths: np.ndarray, counts: list[OrderCounts], runs: list[Runs], idf: list[np.ndarray],
+    sigma: float = 6.0,
 ) -> np.ndarray:
     """(G,) CIDEr-D of each group's candidate against its references.
 
-    ``lengths`` (S,) words per sentence; ``counts[k-1]`` the k-gram counts of the layout's sentences and
-    ``idf[k-1]`` (G_k,) the idf of each of those k-grams.
+    ``lengths`` (S,) words per sentence; ``counts[k-1]`` the k-gram counts of the layout's sentences,
+    ``runs[k-1]`` their runs (:meth:`Layout.runs`) and ``idf[k-1]`` (G_k,) the idf of each of those k-grams.
     """
     num_sentences = len(layout.group)
+    candidate_of = layout.candidate[layout.group]  # (S,)
     total = np.zeros(num_sentences)
-    for order, order_idf in zip(counts, idf):
+    for order, order_runs, order_idf in zip(counts, runs, idf):
         weight = order.count * order_idf[order.ngram]  # (E,) tf-idf
         norm = np.sqrt(np.bincount(order.sentence, weight * weight, minlength=num_sentences))  # (S,)
-        partner, found = layout.matches(order)
-        clipped = np.where(found, np.minimum(weight[partner], weight) * weight, 0.0)
-        dot = np.bincount(order.sentence, clipped, minlength=num_sentences)  # (S,), 0 for candidates
-        denominator = norm[layout.candidate[layout.group]] * norm
+        entries, partner = order_runs.matched()  # (M,) reference entries and their candidate's entries
+        clipped = np.minimum(weight[partner], weight[entries]) * weight[entries]
+        dot = np.bincount(order.sentence[entries], clipped, minlength=num_sentences)  # (S,), 0 for candidates
+        denominator = norm[candidate_of] * norm
         total += np.divide(dot, denominator, out=np.zeros(num_sentences), where=denominator != 0)
     bigrams = np.maximum(lengths - 1, 0) if len(counts) >= 2 else np.zeros_like(lengths)
-    delta = (bigrams[layout.candidate[layout.group]] - bigrams).astype(np.float64)
+    delta = (bigrams[candidate_of] - bigrams).astype(np.float64)
     total *= np.e ** (-(delta**2) / (2 * sigma**2))
     total[layout.is_candidate] = 0.0
     per_group = np.bincount(layout.group, total, minlength=len(layout.candidate))
@@ -66,12 +68,12 @@ class CiderD:
         layout = Layout.build(candidates, references)
         sentences = encode(layout.captions, {})
         counts = count_ngrams(sentences, self.n)
-        is_reference = ~layout.is_candidate
+        runs = [layout.runs(order) for order in counts]
         idf = [
-            inverse_document_frequency(document_frequency(order, layout.group, is_reference), len(candidates))
-            for order in counts
+            inverse_document_frequency(r.reference_frequency(len(order.keys)), len(candidates))
+            for order, r in zip(counts, runs)
         ]
-        scores = cider_d_scores(layout, sentences.lengths, counts, idf, self.sigma)
+        scores = cider_d_scores(layout, sentences.lengths, counts, runs, idf, self.sigma)
         return np.mean(scores), scores
 
     def method(self) -> str:

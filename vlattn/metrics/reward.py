@@ -150,11 +150,19 @@ class CiderDocumentFrequency:
                 query = prefix * len(self.words) + word
             else:
                 query = word
-            pos = np.minimum(np.searchsorted(self.keys[k], query), max(len(self.keys[k]) - 1, 0))
+            pos = np.minimum(_search(self.keys[k], query), max(len(self.keys[k]) - 1, 0))
             found = valid & (self.keys[k][pos] == query) if len(self.keys[k]) else np.zeros(len(keys), bool)
             table_ids = np.where(found, pos, -1)
             out.append(np.where(found, self.counts[k][pos] if len(self.keys[k]) else 0, 0))
         return out
+
+
+def _search(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(table, query)``, about twice as fast on a large table: the queries go in sorted order."""
+    order = np.argsort(query)
+    pos = np.empty(len(query), dtype=np.int64)
+    pos[order] = np.searchsorted(table, query[order])
+    return pos
 
 
 class CiderReward:
@@ -190,7 +198,8 @@ class CiderReward:
         counts = count_ngrams(sentences, self.df.n)
         df = self.df.lookup([order.keys for order in counts], sentences.base)
         idf = [inverse_document_frequency(d, self.df.num_documents) for d in df]
-        return cider_d_scores(layout, sentences.lengths, counts, idf, self.sigma)
+        runs = [layout.runs(order) for order in counts]
+        return cider_d_scores(layout, sentences.lengths, counts, runs, idf, self.sigma)
 
     def _words(self, caption: Any) -> list[str]:
         caption = caption.tolist() if hasattr(caption, "tolist") else caption

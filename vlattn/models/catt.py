@@ -85,21 +85,25 @@ def two_streams(layers: nn.ModuleList, cross_sample: nn.ModuleList | None) -> li
 class CattEncoder(nn.Module):
     """``forward(features (B,N,D'), boxes (B,N,4), region_mask (B,N))`` -> ``{"regions": Memory, "cross_sample":
     Memory}``, each holding all layer outputs (B, L, N, d); D' = D (+ ``box_channels`` zero channels for the
-    dictionary entries)."""
+    dictionary entries). ``box_encoding`` (boxes (B, N, 4) -> (B, N, d), ``model.box_encoding``) is added to the
+    projected regions only: the dictionary entries come from no place in an image."""
 
     def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module], cross_sample: Sequence[nn.Module] | None,
-                 dictionary: GlobalDictionary, box_channels: int = 0) -> None:
+                 dictionary: GlobalDictionary, box_channels: int = 0, box_encoding: nn.Module | None = None) -> None:
         super().__init__()
         self.input_proj = input_proj
         self.layers = nn.ModuleList(layers)
         self.cross_sample = None if cross_sample is None else nn.ModuleList(cross_sample)
         self.dictionary = dictionary
         self.box_channels = box_channels
+        self.box_encoding = box_encoding
 
     def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor) -> dict[str, Memory]:
         mask = region_mask[:, None, None, :]  # (B, 1, 1, N)
         context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask))
         x = self.input_proj(features)  # (B, N, d)
+        if self.box_encoding is not None:
+            x = x + self.box_encoding(boxes)
         c = self.input_proj(F.pad(self.dictionary(), (0, self.box_channels)))[None]  # (1, K, d)
         c_mask = None  # the dictionary is never masked
         in_sample, cross_sample = [], []
@@ -118,6 +122,11 @@ class StreamCaches:
 
     in_sample: LayerCache
     cross_sample: LayerCache
+
+    def reorder(self, index: Tensor) -> StreamCaches:
+        """The caches of decoding rows ``index`` (R',): each stream's self-attention cache gathered (the CS stream's
+        first layer holds the word dictionary's keys/values, a :class:`SharedKVCache` that stays as it is)."""
+        return StreamCaches(self.in_sample.reorder(index), self.cross_sample.reorder(index))
 
 
 class CattDecoder(TransformerDecoder):
@@ -194,6 +203,7 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
         None if options.share else [parts.encoder_layer(Site.CROSS) for _ in range(cfg.encoder_layers)],
         GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary),
         box_channels,
+        parts.box_encoding(),
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
     fusion = StreamFusion(cfg.d_model, options.fusion)

@@ -7,11 +7,17 @@ including its residual + norm, where ``memories`` maps names to :class:`~vlattn.
 (``"regions"`` for the region encoder; two-stream models add more); ``new_cache()`` returns the cache object(s)
 the site needs. :class:`CrossAttentionSite` attends to one level of one memory; M2's meshed cross-attention
 over all encoder levels is another site.
+
+Decoding rows and images: the memories (and the sites' caches) hold one row per *image*, while the decoder's
+inputs may hold several rows per image (the beams or samples of an image, rows grouped image by image: R = B g).
+A site attends with the g T queries of an image as one block against that image's keys (:func:`per_image`),
+so nothing per image is ever copied per beam.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +44,19 @@ def causal_mask(length: int, start: int, device: torch.device) -> Tensor | None:
     return keys[None, :] <= queries[:, None]  # (T, start + T)
 
 
+def per_image(x: Tensor, images: int) -> Tensor:
+    """Decoding rows grouped by image, (R, T, d) with R = ``images`` g -> one block of queries per image
+    (images, g T, d) (a view)."""
+    if x.shape[0] % images:
+        raise ValueError(f"{x.shape[0]} decoding rows do not split evenly over {images} images")
+    return x.reshape(images, -1, x.shape[-1])
+
+
+def per_row(x: Tensor, rows: Tensor) -> Tensor:
+    """The inverse of :func:`per_image`: (images, g T, d') -> the layout of ``rows`` (R, T, ·), (R, T, d')."""
+    return x.reshape(*rows.shape[:-1], x.shape[-1])
+
+
 class CrossAttentionSite(nn.Module):
     """norm(x, CrossAttention(x, memories[memory].states[:, level])), the image keys/values cached once per
     image."""
@@ -54,20 +73,27 @@ class CrossAttentionSite(nn.Module):
         return StaticKVCache()
 
     def forward(self, x: Tensor, memories: Memories, cache: StaticKVCache | None = None) -> Tensor:
-        """``x`` (B, T, d) -> (B, T, d) attending ``memories[self.memory]`` at one level."""
+        """``x`` (R, T, d) -> (R, T, d) attending ``memories[self.memory]`` (B images, R = B g) at one level."""
         memory = memories[self.memory]
         regions = memory.states[:, self.level]  # (B, N, d)
         mask = memory.mask[:, None, None, :]  # (B, 1, 1, N)
-        attended = self.attention(x, regions, regions, mask=mask, cache=cache, context=CROSS_CONTEXT).out
-        return self.norm(x, attended)
+        queries = per_image(x, regions.shape[0])  # (B, g T, d)
+        attended = self.attention(queries, regions, regions, mask=mask, cache=cache, context=CROSS_CONTEXT).out
+        return self.norm(x, per_row(attended, x))
 
 
 @dataclass
 class LayerCache:
-    """Incremental-decoding caches of one decoder layer."""
+    """Incremental-decoding caches of one decoder layer: ``self_attention`` holds one row per decoding row
+    (beam/sample) and follows them through reordering; ``cross`` (whatever the site's ``new_cache`` returns)
+    holds one row per image and is never reordered."""
 
     self_attention: KVCache
     cross: Any
+
+    def reorder(self, index: Tensor) -> LayerCache:
+        """The caches of decoding rows ``index`` (R',): the self-attention cache gathered, ``cross`` kept."""
+        return dataclasses.replace(self, self_attention=self.self_attention.reorder(index))
 
 
 class DecoderLayer(nn.Module):

@@ -74,22 +74,30 @@ class TransformerEncoder(nn.Module):
     """Region encoder: ``forward(features (B,N,D), boxes (B,N,4), region_mask (B,N))`` -> :class:`Memory`
     holding all layer outputs (B, L, N, d)."""
 
-    def __init__(self, input_proj: nn.Module, layers: Sequence[nn.Module], released_padding: int | None = None) -> None:
+    def __init__(
+        self, input_proj: nn.Module, layers: Sequence[nn.Module], box_encoding: nn.Module | None = None,
+        released_padding: int | None = None,
+    ) -> None:
         super().__init__()
         self.input_proj = input_proj
         self.layers = nn.ModuleList(layers)
+        self.box_encoding = box_encoding
         self.released_padding = released_padding
 
     def forward(self, features: Tensor, boxes: Tensor, region_mask: Tensor, bias: Tensor | None = None) -> Memory:
         """``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2, ``region_mask`` bool (B, N)
         True = real (replaced by the released rule with ``released_padding``); ``bias`` added to every
-        layer's self-attention logits. The returned memory has max(N, ``released_padding``) rows."""
+        layer's self-attention logits. With a ``box_encoding`` module (boxes (B, N, 4) -> (B, N, d)), its
+        output is added to the projected features (absolute geometry). The returned memory has
+        max(N, ``released_padding``) rows."""
         if self.released_padding is not None:
             extra = max(0, self.released_padding - features.shape[1])
             features, boxes = F.pad(features, (0, 0, 0, extra)), F.pad(boxes, (0, 0, 0, extra))  # (B, R, .)
         x = self.input_proj(features)  # (B, N, d)
         if self.released_padding is not None:
             region_mask = x.sum(dim=-1) != 0  # (B, R)
+        if self.box_encoding is not None:
+            x = x + self.box_encoding(boxes)
         mask = region_mask[:, None, None, :]  # (B, 1, 1, N): padded regions are never attended to
         context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask))
         outputs = []

@@ -34,6 +34,11 @@ same softmax whenever a row has a real key, which every row here has.
 The 6+6 backbone of MCAN-small (d=512, FFN 2048, 8 heads) has 44,138,496 parameters: 6 SA units of
 3,152,384 (attention 4 x 262,656, FFN 2,099,712, two norms 2,048) and 6 SGA units of 4,204,032 (two
 attentions, FFN, three norms) — the LW-Transformer paper's Table II "Transformer" row (44.1M).
+
+NG-SAN's VQA model (Guo et al. 2020, Table 9 "+GSA"; configs/vqa-mcan-gsa.yaml) is this MCAN with ``gsa`` at
+``model.decoder_self_attention``: every image self-attention layer adds the geometric bias of the region boxes
+(one :class:`~vlattn.layers.BoxGeometry` per forward pass, shared by the layers). ``model.box_encoding`` (the
+captioners' absolute box encoding) is refused: the boxes reach MCAN through ``model.box_input`` or GSA.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, Site
 from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry, PostNorm, StdLayerNorm
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.models.encoder import EncoderLayer
@@ -231,6 +237,9 @@ class MCANStems:
 
 def mcan_stems(cfg: ModelConfig, options: MCANOptions, num_words: int, pad_id: int) -> MCANStems:
     """The inputs and the reductions of the MCAN of ``cfg`` (``options`` its parsed ``model.options``)."""
+    if cfg.box_encoding != "none":
+        raise ConfigError(f"model.box_encoding: {cfg.box_encoding!r} is not supported by MCAN (the boxes reach it "
+                          "through model.box_input or gsa at model.decoder_self_attention); use 'none'")
     d = cfg.d_model
     flat_out = options.flat_out or 2 * d
 

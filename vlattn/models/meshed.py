@@ -12,7 +12,9 @@ Table 1 ablation, which keeps the 1/sqrt(N) scale and changes only the gate).
 
 The site plugs into :class:`~vlattn.models.decoder.TransformerDecoder` as its cross-attention site. Its
 cache is one :class:`~vlattn.attention.cache.StaticKVCache` per level, so the keys/values of every level are
-projected once per image and follow the beams through ``reorder_state``.
+projected once per image and kept once per image (an image's beams attend as one block of queries). W_q Y is
+shared by every level (Eq. 7): mechanisms with ``attend_each`` (the multi-head family) project the queries once
+for all levels and apply the output projection to all levels in one product.
 
 Residual placement (``residual``, a key of :data:`RESIDUALS`):
 
@@ -41,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.attention import StaticKVCache
-from vlattn.models.decoder import CROSS_CONTEXT, Memories
+from vlattn.models.decoder import CROSS_CONTEXT, Memories, per_image
 from vlattn.models.encoder import Memory
 
 # gate name -> map from gate logits (N, B, T, d) to weights alpha (N, B, T, d)
@@ -86,24 +88,30 @@ class MeshedCrossAttention(nn.Module):
         return [StaticKVCache() for _ in self.levels]
 
     def attend(self, x: Tensor, memory: Memory, cache: list[StaticKVCache] | None = None) -> Tensor:
-        """C(X_i, Y) for every connected level: (N, B, T, d), from ``x`` (B, T, d) and ``memory`` (B, L, Nr, d)."""
+        """C(X_i, Y) for every connected level: (N, R, T, d), from ``x`` (R, T, d) and ``memory`` (B, L, Nr, d),
+        R = B g decoding rows grouped by image."""
         mask = memory.mask[:, None, None, :]  # (B, 1, 1, Nr): padded regions are never attended to
         caches = cache if cache is not None else [None] * len(self.levels)
-        return torch.stack(
-            [
-                self.attention(
-                    x, memory.states[:, level], memory.states[:, level], mask=mask, cache=level_cache,
-                    context=CROSS_CONTEXT,
-                ).out
-                for level, level_cache in zip(self.levels, caches, strict=True)
-            ]
-        )  # (N, B, T, d)
+        queries = per_image(x, memory.states.shape[0])  # (B, g T, d)
+        sources = [
+            (memory.states[:, level], memory.states[:, level], level_cache)
+            for level, level_cache in zip(self.levels, caches, strict=True)
+        ]
+        each = getattr(self.attention, "attend_each", None)
+        if each is not None:
+            attended = each(queries, sources, mask=mask, context=CROSS_CONTEXT)  # (N, B, g T, d)
+        else:
+            attended = torch.stack([
+                self.attention(queries, key, value, mask=mask, cache=level_cache, context=CROSS_CONTEXT).out
+                for key, value, level_cache in sources
+            ])
+        return attended.reshape(len(self.levels), *x.shape[:-1], -1)  # (N, R, T, d)
 
     def gates(self, x: Tensor, attended: Tensor) -> Tensor:
-        """alpha_i of Eq. 8: (N, B, T, d) from the queries ``x`` (B, T, d) and ``attended`` (N, B, T, d)."""
+        """alpha_i of Eq. 8: (N, R, T, d) from the queries ``x`` (R, T, d) and ``attended`` (N, R, T, d)."""
         logits = torch.stack(
             [proj(torch.cat([x, level], dim=-1)) for proj, level in zip(self.gate_proj, attended, strict=True)]
-        )  # (N, B, T, d)
+        )  # (N, R, T, d)
         return GATES[self.gating](logits)
 
     def mesh(self, x: Tensor, attended: Tensor) -> Tensor:

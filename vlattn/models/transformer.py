@@ -7,6 +7,12 @@ Generation interface (decoding code never looks inside): ``encode(inputs)`` -> :
 ``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 and ``region_mask`` (B, N) bool. With
 ``use_cache`` the state carries key/value caches (self-attention appended step by step, cross-attention
 projected once per image); without it, ``step`` re-runs the decoder over the whole prefix.
+
+The encoded memories and the cross-attention caches stay at one row per image for the whole search; only the
+self-attention caches have one row per decoding row (R = B g: g beams or samples per image, grouped image by
+image). ``reorder(state, index)`` therefore requires ``index`` to keep every row with its image (what beam search
+and sampling do: expanding each image to g rows, choosing among an image's own beams) and gathers only the
+self-attention caches, one gather per layer.
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
-from vlattn.attention import AttentionDims, Site, build_attention, check_placement, reorder_state
+from vlattn.attention import AttentionDims, Site, build_attention, check_placement
 from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
-from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
-from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
+from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
+from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
 ModelInputs = Mapping[str, Tensor]
@@ -30,12 +37,19 @@ ModelInputs = Mapping[str, Tensor]
 
 @dataclass
 class TransformerState:
-    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`) and, when caching, the caches of each
-    decoder layer (a :class:`~vlattn.models.decoder.LayerCache`; two-stream decoders hold one per stream), extended
-    in place by ``step``."""
+    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`, B images) and, when caching, the caches
+    of each decoder layer (a :class:`~vlattn.models.decoder.LayerCache`; two-stream decoders hold one per stream,
+    each with a ``reorder(index)`` that gathers only what follows the decoding rows), extended in place by
+    ``step``; ``group`` g, the decoding rows per image (``step`` takes B g rows, grouped image by image)."""
 
     memories: dict[str, Memory]
     cache: list[Any] | None = None
+    group: int = 1
+
+    @property
+    def images(self) -> int:
+        """B, the number of images."""
+        return next(iter(self.memories.values())).mask.shape[0]
 
 
 class TransformerCaptioner(nn.Module):
@@ -85,8 +99,18 @@ class TransformerCaptioner(nn.Module):
         return self.decoder.output(hidden[:, -1]).log_softmax(dim=-1), state
 
     def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
-        """Select/expand batch rows ``index`` (B',) of every tensor and cache in ``state``."""
-        return reorder_state(state, index)
+        """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
+        which must belong to the same image (image of row r = r // g'). Only the self-attention caches are
+        gathered (each layer's ``reorder``); memories and cross-attention caches stay once per image."""
+        images = state.images
+        if index.shape[0] % images:
+            raise ValueError(f"reorder: {index.shape[0]} rows do not split evenly over {images} images")
+        group = index.shape[0] // images
+        expected = torch.arange(images, device=index.device).repeat_interleave(group)  # (B g',) image of each row
+        if not torch.equal(index.div(state.group, rounding_mode="floor"), expected):
+            raise ValueError("reorder: every row must continue a row of its own image (images are never permuted)")
+        cache = None if state.cache is None else [layer.reorder(index) for layer in state.cache]
+        return TransformerState(state.memories, cache, group)
 
     def backbone_layers(self) -> list[nn.Module]:
         """The encoder and decoder layers: what the LW-Transformer paper counts (no embeddings, input
@@ -94,11 +118,17 @@ class TransformerCaptioner(nn.Module):
         return [*self.encoder.layers, *self.decoder.layers]
 
 
+def first_set(*values: float | None) -> float:
+    """The first value that is not None (a config key, then the kind's default, then the model-wide value)."""
+    return next(value for value in values if value is not None)
+
+
 @dataclass
 class Parts:
     """Builds the parts of a Transformer-family model from ``cfg``: each site's attention (validated against
     the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms.
-    ``attention_dropout``: dropout on the attention weights (default ``cfg.dropout``)."""
+    ``attention_dropout``: the kind's default dropout on the attention weights when ``cfg.attention_dropout`` is
+    None (None here: ``cfg.dropout``)."""
 
     cfg: ModelConfig
     use_cache: bool = True
@@ -106,8 +136,9 @@ class Parts:
 
     @property
     def dropout(self) -> float:
-        """The attention dropout: ``attention_dropout`` when set, else the model's dropout."""
-        return self.cfg.dropout if self.attention_dropout is None else self.attention_dropout
+        """The attention dropout: ``cfg.attention_dropout``, else the kind's ``attention_dropout``, else
+        ``cfg.dropout``."""
+        return first_set(self.cfg.attention_dropout, self.attention_dropout, self.cfg.dropout)
 
     def check(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
               query_dim: int | None = None, key_dim: int | None = None) -> None:
@@ -141,6 +172,14 @@ class Parts:
     def norm(self) -> PostNorm:
         return PostNorm(self.cfg.d_model, self.cfg.dropout)
 
+    def box_encoding(self) -> nn.Module | None:
+        """The absolute box encoding added to the encoder input (``model.box_encoding``), or None."""
+        if self.cfg.box_encoding == "none":
+            return None
+        if self.cfg.d_model % 4:
+            raise ConfigError(f"model.box_encoding: 'sinusoidal' needs d_model divisible by 4, got {self.cfg.d_model}")
+        return SinusoidalBoxEncoding(self.cfg.d_model)
+
     def encoder_layer(self, site: Site = Site.ENCODER_SELF) -> EncoderLayer:
         """An encoder layer whose attention (``model.encoder_self_attention``) serves sites of kind ``site``."""
         attention = self.attention("encoder_self_attention", site, has_geometry=site is Site.ENCODER_SELF)
@@ -169,7 +208,7 @@ class TransformerOptions:
 def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerCaptioner:
     """The Transformer captioner described by ``cfg``."""
     parse_options(TransformerOptions, cfg.options, "model.options")
-    parts = Parts(cfg)
+    parts = Parts(cfg, attention_dropout=0.0)  # Vaswani et al. Sec. 5.4: residual and embedding dropout only
     return encoder_decoder(parts, vocab_size, pad_id, parts.cross_site)
 
 
@@ -180,8 +219,9 @@ def encoder_decoder(
     """Encoder and decoder stacks of ``parts.cfg`` with the cross-attention site of decoder layer i from
     ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2).
 
-    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: dropout on the
-    summed word and position embeddings (default ``cfg.dropout``); ``released_padding``: the released M2
+    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: the kind's default
+    dropout on the summed word and position embeddings when ``cfg.embedding_dropout`` is None (None here:
+    ``cfg.dropout``); ``released_padding``: the released M2
     code's padding rules — regions zero-padded to this many and masked from activations, decoder pad tokens
     masked (see :class:`~vlattn.models.encoder.TransformerEncoder` and
     :class:`~vlattn.models.decoder.TransformerDecoder`); None = the region mask.
@@ -191,6 +231,7 @@ def encoder_decoder(
     encoder = TransformerEncoder(
         region_projection(input_dim, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
+        parts.box_encoding(),
         released_padding=released_padding,
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
@@ -199,6 +240,6 @@ def encoder_decoder(
     if cfg.tie_embeddings:
         output.weight = embed.weight
     positions = positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions)
-    dropout = cfg.dropout if embed_dropout is None else embed_dropout
+    dropout = first_set(cfg.embedding_dropout, embed_dropout, cfg.dropout)
     decoder = TransformerDecoder(embed, positions, layers, output, dropout, None if released_padding is None else pad_id)
     return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)

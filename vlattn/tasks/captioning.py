@@ -55,6 +55,7 @@ from vlattn.models.profile import (
     flops_train_step,
     latency,
 )
+from vlattn.precision import Precision, autocast, compile_layers
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -150,12 +151,14 @@ def decode_dataset(
     length_penalty: float = 0.0,
     batch_size: int = 50,
     device: torch.device = torch.device("cpu"),
+    precision: Precision = "fp32",
 ) -> dict[int, str]:
-    """Caption every image of ``dataset``: greedy when ``beam_size == 1``, else beam search (best beam)."""
+    """Caption every image of ``dataset``: greedy when ``beam_size == 1``, else beam search (best beam), under
+    the autocast of ``precision``."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
     predictions: dict[int, str] = {}
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(precision, device):
         for batch in loader:
             inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             if beam_size <= 1:
@@ -304,7 +307,8 @@ SCST: Stage[CaptionData] = dataclasses.replace(
 def _load_model(checkpoint: Checkpoint, vocab: Vocabulary, store_dim: int, device: torch.device) -> nn.Module:
     model = build_model(checkpoint.config, vocab, store_dim)
     load_weights(model, checkpoint)
-    return model.to(device).eval()
+    model.to(device).eval()
+    return compile_layers(model) if checkpoint.config.eval.compile else model
 
 
 def _decode(
@@ -315,7 +319,7 @@ def _decode(
     cfg = checkpoint.config.eval
     return decode_dataset(
         model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
-        batch_size=cfg.batch_size, device=device,
+        batch_size=cfg.batch_size, device=device, precision=cfg.precision,
     )
 
 

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
@@ -88,6 +89,7 @@ class LoopOptions:
     max_steps: int = 0
     num_workers: int = 0
     patience: int = 0  # stop after this many epochs without a better selection metric (0: never)
+    precision: Precision = "fp32"  # autocast of training steps and validation (vlattn/precision.py)
 
 
 @dataclass
@@ -172,6 +174,7 @@ class Trainer:
         self.device = device
         self.ctx = ctx
         self.state = LoopState()
+        self.scaler = grad_scaler(options.precision, device)
         self.log = RunLog("", enabled=False)  # replaced by the run's log in fit()
         self._saved_at: tuple[int, int, int] | None = None
 
@@ -183,6 +186,7 @@ class Trainer:
             "loop": self.state.to_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": _rng_state(),
+            **({"scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}),
         }
 
     def save(self, name: str) -> None:
@@ -214,6 +218,8 @@ class Trainer:
         for group, values in zip(self.optimizer.param_groups, settings):
             group.update(values)
         _set_rng_state(train_state["rng"])
+        if self.scaler.is_enabled() and "scaler" in train_state:
+            self.scaler.load_state_dict(train_state["scaler"])
 
     # --- the loop ----------------------------------------------------------------------------
     def _loader(self, epoch: int, start: int) -> tuple[DataLoader, EpochBatchSampler]:
@@ -237,15 +243,18 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        loss, logs = self.objective(self.model, _to_device(batch, self.device))
+        with autocast(self.options.precision, self.device):
+            loss, logs = self.objective(self.model, _to_device(batch, self.device))
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.state.step} (epoch {self.state.epoch})")
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()
         average_gradients(self.model, self.ctx)
         if self.options.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
             logs["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip))
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # (fp16: skipped when the scaled gradients overflowed)
+        self.scaler.update()
         self.state.step += 1
         return {"loss": float(loss.detach()), "lr": lr, **logs}
 
@@ -254,7 +263,7 @@ class Trainer:
         if self.validate is not None and self.ctx.is_main:
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                 self.model.eval()
-                with torch.no_grad():
+                with torch.no_grad(), autocast(self.options.precision, self.device):
                     metrics = self.validate(self.model)
             self.log.write("val", self.state.step, epoch=self.state.epoch, stage=self.options.stage, **metrics)
         if metrics and self.options.selection_metric not in metrics:

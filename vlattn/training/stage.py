@@ -39,6 +39,7 @@ from torch.utils.data import Dataset
 
 from vlattn.config import Config, value_at
 from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
+from vlattn.precision import compile_layers
 from vlattn.training.checkpoint import Checkpoint, NamedVocabulary, load_checkpoint, load_weights, save_checkpoint
 from vlattn.training.distributed import (
     DistContext,
@@ -167,6 +168,8 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
         prepared = prepare_model(model, lambda: data.prepare_resources(model, cfg.train.seed))
     model.to(dev)
     broadcast_parameters(model, ctx)
+    if cfg.train.compile:
+        compile_layers(model)
     vocabularies = dict(data.vocabularies)
     if start.resume_from is not None and source is not None:
         run.check_vocabularies(source.hashes, vocabularies)
@@ -198,6 +201,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
             max_steps=train.max_steps,
             num_workers=cfg.data.num_workers,
             patience=value_at(cfg, stage.patience),
+            precision=train.precision,
         ),
         device=dev,
         ctx=ctx,
