@@ -160,3 +160,29 @@ def test_catt_mechanism_at_a_transformer_site_needs_the_model_width() -> None:
         check_model_config(config)
     config.decoder_cross_attention.options = {"fusion": "concat_linear", "dictionary": {"size": 3}}
     check_model_config(config)
+
+
+def test_reordering_beams_gathers_both_streams_and_keeps_the_dictionary_cache() -> None:
+    """Memories stay once per image; each stream's self-attention cache follows the rows; the word dictionary's
+    layer-1 keys/values (one row, shared by every decoding row) are the same object after reordering."""
+    model = build(catt_config())
+    inputs = model_inputs(tiny_inputs())
+    state = model.encode(inputs)
+    images = state.images
+    tokens = torch.full((images * 2, 1), 1, dtype=torch.long)  # 2 rows per image
+    index = torch.arange(images).repeat_interleave(2)
+    state = model.reorder(state, index)
+    _, state = model.step(tokens, state)
+    dictionary = state.cache[0].cross_sample.self_attention
+    assert dictionary.key.shape[0] == 1  # (1, H, K_word, d_k)
+    swap = torch.arange(images * 2).view(images, 2).flip(1).reshape(-1)  # swap the two rows of every image
+    before = [c.in_sample.self_attention.key.clone() for c in state.cache]
+    later = [c.cross_sample.self_attention.key.clone() for c in state.cache[1:]]
+    reordered = model.reorder(state, swap)
+    assert reordered.memories is state.memories
+    assert reordered.cache[0].cross_sample.self_attention is dictionary
+    for cache, key in zip(reordered.cache, before, strict=True):
+        torch.testing.assert_close(cache.in_sample.self_attention.key, key[swap])
+    for cache, key in zip(reordered.cache[1:], later, strict=True):
+        torch.testing.assert_close(cache.cross_sample.self_attention.key, key[swap])
+    assert reordered.cache[0].in_sample.cross is state.cache[0].in_sample.cross  # cross caches stay per image
