@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.additive import AdditiveAttention
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KVCache
+from vlattn.attention.cache import KeyValueSource
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.catt.dictionary import DictionaryOptions, GlobalDictionary, Source
 from vlattn.catt.fusion import Fusion, StreamFusion
@@ -87,7 +87,7 @@ class CausalAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         bias: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KeyValueSource | None = None,
         context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
