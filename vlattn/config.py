@@ -74,8 +74,8 @@ class ModelConfig:
     dropout: float = bounded(0.1, ge=0.0, lt=1.0)
     # dropout on the attention weights and on the summed word + position embeddings, beyond the paper's
     # placement (sub-layer outputs): None = the kind's paper default (transformer: none on the weights, `dropout`
-    # on the embeddings, Vaswani et al. Sec. 5.4; m2: neither, M2 Sec. 4.2; mcan: `dropout` on the weights, as its
-    # released code)
+    # on the embeddings, Vaswani et al. Sec. 5.4; m2: neither, M2 Sec. 4.2; mcan, mcan_catt: `dropout` on the
+    # weights, as MCAN's released code; catt: `dropout` on both, as its released LXMERT/BERT code)
     attention_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     embedding_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     max_positions: int = bounded(64, ge=1)

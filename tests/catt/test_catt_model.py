@@ -186,3 +186,16 @@ def test_reordering_beams_gathers_both_streams_and_keeps_the_dictionary_cache() 
     for cache, key in zip(reordered.cache[1:], later, strict=True):
         torch.testing.assert_close(cache.cross_sample.self_attention.key, key[swap])
     assert reordered.cache[0].in_sample.cross is state.cache[0].in_sample.cross  # cross caches stay per image
+
+
+def test_dropout_options_reach_both_streams() -> None:
+    """model.embedding_dropout sets the decoder's input dropout, model.attention_dropout every site's weight dropout;
+    unset, both are model.dropout (the released BERT-based code drops attention weights)."""
+    base = catt_config()
+    default = build(base)
+    assert default.decoder.dropout.p == base.dropout
+    assert default.decoder.layers[0].self_attn.dropout == base.dropout
+    model = build(replace(base, embedding_dropout=0.3, attention_dropout=0.2))
+    assert model.decoder.dropout.p == 0.3
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert attentions and {m.dropout for m in attentions} == {0.2}

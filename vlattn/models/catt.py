@@ -61,7 +61,7 @@ from vlattn.layers import BoxGeometry, SinusoidalPositions
 from vlattn.layers.boxes import BOX_CHANNELS
 from vlattn.models.decoder import DECODER_SELF_CONTEXT, LayerCache, Memories, TransformerDecoder, causal_mask
 from vlattn.models.encoder import Memory, region_projection
-from vlattn.models.transformer import ModelInputs, Parts, TransformerCaptioner
+from vlattn.models.transformer import ModelInputs, Parts, TransformerCaptioner, first_set
 
 REGIONS, CROSS_SAMPLE = "regions", "cross_sample"  # the memories of the IS and the CS stream
 CS_CONTEXT = AttentionContext(Site.CROSS)  # queries of the sample over the dictionary or the CS stream
@@ -193,7 +193,7 @@ def catt_options(cfg: ModelConfig) -> CattOptions:
 def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptioner:
     """The Transformer+CATT captioner described by ``cfg`` (see the module docstring)."""
     options = catt_options(cfg)
-    parts = Parts(cfg)
+    parts = Parts(cfg)  # dropout on the attention weights by default (the released code is BERT's, which has it)
     parts.check("encoder_self_attention", Site.CROSS)  # the CS stream's queries over the dictionary / CS states
     parts.check("decoder_self_attention", Site.CROSS)
     box_channels = BOX_CHANNELS if cfg.box_input else 0
@@ -213,6 +213,7 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
     decoder = CattDecoder(
         embed, SinusoidalPositions(cfg.d_model, cfg.max_positions), parts.decoder_layers(parts.cross_site),
         None if options.share else parts.decoder_layers(parts.cross_site),
-        GlobalDictionary(cfg.d_model, "word", options.word_dictionary), fusion, output, cfg.dropout,
+        GlobalDictionary(cfg.d_model, "word", options.word_dictionary), fusion, output,
+        first_set(cfg.embedding_dropout, cfg.dropout),
     )
     return CattCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
