@@ -64,6 +64,14 @@ VARIED_SITES: dict[str, dict[str, SiteKind]] = {
     },
 }
 
+# mechanism -> the options the batteries build it with (small dictionaries); at Transformer sites the output must
+# have the model's width
+MECHANISM_OPTIONS: dict[str, dict[str, Any]] = {
+    "catt": {"dictionary": {"size": 5}},
+    "catt_additive": {"dictionary": {"size": 5}},
+}
+SITE_OPTIONS: dict[str, dict[str, Any]] = {name: {**options, "fusion": "concat_linear"} for name, options in MECHANISM_OPTIONS.items()}
+
 
 def placements() -> list[tuple[str, Site]]:
     """Every (mechanism, site kind) that the mechanism's capabilities allow."""
@@ -97,7 +105,8 @@ def build_mechanism(name: str, site: Site, *, dropout: float = 0.0, seed: int = 
     query_dim = Q_DIM if caps.query_dim_differs and site is Site.CROSS else None
     torch.manual_seed(seed)
     module = build_attention(
-        name, d_model=D, num_heads=H if caps.heads else 1, dropout=dropout, query_dim=query_dim, options=options
+        name, d_model=D, num_heads=H if caps.heads else 1, dropout=dropout, query_dim=query_dim,
+        options={**MECHANISM_OPTIONS.get(name, {}), **options},
     )
     return module.eval()
 
@@ -238,6 +247,8 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "updown": {"decoder_cross_attention": Spec("additive"), "options": {"embed_dim": 10, "attention_dim": 8}},
     "mcan": {"options": {"word_dim": 10}},
     "twin_stream": {"options": {"word_dim": 10, "lstm_dim": 6, "fusion_dim": 12, "attention": {"name": "sla", "options": {"units": 2}}}},
+    "catt": {"options": {"image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
+    "mcan_catt": {"options": {"word_dim": 10, "image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
 }
 
 
@@ -249,7 +260,7 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
         dropout=0.0, max_positions=32, **KIND_DEFAULTS.get(kind, {}),
     )
     for site, name in (sites or {}).items():
-        fields[site] = Spec(name)
+        fields[site] = Spec(name, SITE_OPTIONS.get(name, {}))
     fields.update(overrides)
     return ModelConfig(**fields)
 
@@ -264,6 +275,16 @@ KIND_VARIANTS: list[ModelCase] = [
     ModelCase("twin_stream", label="stacked", overrides={"options": {
         **KIND_DEFAULTS["twin_stream"]["options"], "attention": {"name": "stacked", "options": {"units": 2}}, "features": "raw",
         "init": "torch"}}),
+    ModelCase("catt", label="unshared", overrides={"options": {**KIND_DEFAULTS["catt"]["options"], "share": False}}),
+    ModelCase("catt", label="linear-tied-boxes", overrides={
+        "options": {**KIND_DEFAULTS["catt"]["options"], "fusion": "concat_linear"}, "tie_embeddings": True,
+        "box_input": True,
+    }),
+    ModelCase("mcan_catt", label="unshared", overrides={
+        "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "share": False}}),
+    ModelCase("mcan_catt", label="linear-boxes", overrides={
+        "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "fusion": "concat_linear"}, "box_input": True,
+    }),
 ]
 
 

@@ -138,3 +138,42 @@ def test_checkpoints_from_before_named_vocabularies_still_work(trained: tuple[Pa
         assert result.exit_code == 0, result.output
         captions[name] = json.loads(result.stdout)
     assert captions["old"] == captions["new"] and len(captions["new"]) == 36
+
+
+def test_eval_reports_bias_metrics_with_a_lexicon(trained: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """With the ground-truth scenes of a synthetic set, `vlattn eval` adds CHAIR_s, CHAIR_i and A@Attr, as counted by
+    hand from its predictions (each tiny image shows one object; captions say "<colour> <shape>")."""
+    from tests.training.conftest import COLOURS, SHAPES
+
+    data, _, run = trained
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    truth = {100 + i: (COLOURS[i % 4], SHAPES[(i // 4) % 3]) for i in range(36)}
+    scenes = [{"image_id": i, "objects": [{"shape": s, "colour": c, "size": "small"}]} for i, (c, s) in truth.items()]
+    (copy / "scenes.json").write_text(json.dumps({"info": {}, "images": scenes}))
+    result = runner.invoke(app, ["eval", "--checkpoint", str(run), "--split", "test", "--data", str(copy), "--json",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    predictions = json.loads((run / "eval" / "test_predictions.json").read_text())
+    hallucinating = hallucinated = colours = right = mentioned = 0
+    for row in predictions:
+        words = row["caption"].split()
+        colour, shape = truth[row["image_id"]]
+        shapes = {w for w in words if w in SHAPES}
+        mentioned += len(shapes)
+        hallucinated += len(shapes - {shape})
+        hallucinating += bool(shapes - {shape})
+        for first, second in zip(words, words[1:]):
+            if first in COLOURS and second in SHAPES:
+                colours += 1
+                right += (first, second) == (colour, shape)
+    scores = report["scores"]
+    assert scores["CHAIR_s"] == pytest.approx(hallucinating / len(predictions))
+    assert scores["CHAIR_i"] == pytest.approx(hallucinated / mentioned if mentioned else 0.0)
+    assert mentioned and colours and scores["A@Attr"] == pytest.approx(right / colours)
+    assert report["bias"]["lexicon"] == "synthetic"
+    # without a lexicon the metrics are listed as unavailable, with the reason
+    plain = json.loads(runner.invoke(app, ["eval", "--checkpoint", str(run), "--split", "test", "--json",
+                                           "--device", "cpu"]).stdout)
+    assert "CHAIR_s" not in plain["scores"] and "scenes.json is absent" in plain["unavailable"]["CHAIR"]

@@ -204,6 +204,31 @@ def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lam
     return ["train", "--config", config, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
 
 
+def catt_dictionary(ws: Workspace, *extra: str) -> list[str]:
+    """``vlattn catt dictionary`` of 4 image entries over the tiny data (``extra`` options override)."""
+    return ["catt", "dictionary", "--source", "image", "--size", "4", "--data", str(ws.data), "--out",
+            str(ws.path("x.npz")), *extra]
+
+
+def catt_train(ws: Workspace, *sets: str) -> list[str]:
+    """``vlattn train`` of a tiny Transformer+CATT (random word dictionary) with the ``sets`` overrides."""
+    sets = ("model.kind=catt", "model.options.word_dictionary.init=random", *sets)
+    return ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")), "--device", "cpu",
+            *[arg for s in sets for arg in ("--set", s)]]
+
+
+def dictionary_file(path: Path | str) -> tuple[str, str]:
+    return "model.options.image_dictionary.init=file", f"model.options.image_dictionary.path={path}"
+
+
+def four_entries(ws: Workspace) -> Path:
+    """A dictionary file of 4 entries of the tiny data's 16 features."""
+    from vlattn.catt.files import write_dictionary
+
+    write_dictionary(ws.path("d4.npz"), np.zeros((4, 16), np.float32), {"source": "image"})
+    return ws.path("d4.npz")
+
+
 def question_image(root: Path, image_id: int) -> None:
     """Point the sixth training question (and its annotation) at ``image_id``."""
     for name, key in (("questions_train.json", "questions"), ("annotations_train.json", "annotations")):
@@ -306,6 +331,13 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "word vectors file missing": lambda ws: vqa_train(ws, "--set", f"model.word_vectors={ws.path('nowhere.txt')}"),
     "word vectors of another size": lambda ws: vqa_train(ws, "--set", "model.word_vectors=" + written(
         ws, "glove.txt", "what 0.1 0.2 0.3\n")),
+    "more dictionary entries than regions": lambda ws: catt_dictionary(ws, "--size", "1000"),
+    "dictionary file exists": lambda ws: catt_dictionary(ws, "--out", written(ws, "d.npz", "kept")),
+    "word dictionary without a model": lambda ws: catt_dictionary(ws, "--source", "word"),
+    "`init: file` without a path": lambda ws: catt_train(ws, "model.options.image_dictionary.init=file"),
+    "dictionary file missing": lambda ws: catt_train(ws, *dictionary_file(ws.path("none.npz"))),
+    "not a dictionary file": lambda ws: catt_train(ws, *dictionary_file(written(ws, "bad.npz", "text"))),
+    "dictionary of another size": lambda ws: catt_train(ws, *dictionary_file(four_entries(ws)), "model.options.image_dictionary.size=3"),
     "predictions and references differ": lambda ws: library(ws, lambda: evaluate_captions(
         {1: ["a dog"], 2: ["a cat"]}, {2: "a cat"}, tokenizer_backend="python", metrics=("CIDEr",))),
     "unknown tokenizer backend": lambda ws: library(ws, lambda: PTBTokenizer("perl")),

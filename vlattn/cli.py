@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from vlattn.catt.cli import app as catt_app
 from vlattn.data.cli import app as data_app
 from vlattn.errors import TrainingInterrupted, VlattnError
 from vlattn.scoring.cli import score
@@ -21,6 +22,7 @@ app = typer.Typer(help="Attention-based vision-language models: captioning and V
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
+app.add_typer(catt_app, name="catt", help="Causal Attention: k-means dictionaries ahead of training.")
 app.command()(score)
 
 @app.callback()

@@ -74,8 +74,8 @@ class ModelConfig:
     dropout: float = bounded(0.1, ge=0.0, lt=1.0)
     # dropout on the attention weights and on the summed word + position embeddings, beyond the paper's
     # placement (sub-layer outputs): None = the kind's paper default (transformer: none on the weights, `dropout`
-    # on the embeddings, Vaswani et al. Sec. 5.4; m2: neither, M2 Sec. 4.2; mcan: `dropout` on the weights, as its
-    # released code)
+    # on the embeddings, Vaswani et al. Sec. 5.4; m2: neither, M2 Sec. 4.2; mcan, mcan_catt: `dropout` on the
+    # weights, as MCAN's released code; catt: `dropout` on both, as its released LXMERT/BERT code)
     attention_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     embedding_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     max_positions: int = bounded(64, ge=1)
@@ -191,6 +191,10 @@ class EvalConfig:
     batch_size: int = bounded(50, ge=1)
     cider_df_mode: Literal["image", "caption"] = "image"
     reward_include_eos: bool = False
+    # bias metrics of `vlattn eval` (CHAIR, A@Attr; vlattn.data.bias): "auto" (the synthetic lexicon when the data
+    # root holds scenes.json), "synthetic", "off", or a CHAIR synonym file (relative to the data root)
+    bias_lexicon: str = "auto"
+    bias_instances: list[str] = field(default_factory=list)  # COCO instances_*.json adding ground-truth objects
     # GPU options (vlattn/precision.py) of vlattn eval / caption decoding
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool = False

@@ -168,7 +168,7 @@ def test_options_and_kind_errors() -> None:
         config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
     with pytest.raises(ConfigError, match=r"model\.options\.flat_glimpses: must be >= 1"):
         config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
-    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: m2, mcan, transformer"):
+    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, m2, mcan, mcan_catt, transformer"):
         config_from_dict({"task": "vqa", "model": {"kind": "nope"}})
 
 
@@ -214,7 +214,8 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
 
 
 @pytest.mark.parametrize("preset", ["configs/vqa-mcan.yaml", "configs/vqa-mcan-large.yaml", "configs/vqa-demo.yaml",
-                                    "configs/vqa-lw.yaml", "configs/vqa-lw-demo.yaml", "configs/vqa-mcan-gsa.yaml"])
+                                    "configs/vqa-lw.yaml", "configs/vqa-lw-demo.yaml", "configs/vqa-mcan-gsa.yaml",
+                                    "configs/vqa-catt.yaml", "configs/vqa-catt-demo.yaml"])
 def test_vqa_presets_load_and_build(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.task == "vqa" and cfg.train.schedule.name == "warmup_multistep" and cfg.data.max_question_len == 14

@@ -23,7 +23,8 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KeyValueSource, KVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KeyValueSource, KVCache, SharedKVCache, StaticKVCache, reorder_state
+from vlattn.attention.catt import AdditiveCausalAttention, CausalAttention
 from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.gsa import GeometryAwareSelfAttention
 from vlattn.attention.memory import MemoryAugmentedAttention
@@ -39,6 +40,8 @@ ATTENTION: dict[str, type[nn.Module]] = {
     "mha": MultiHeadAttention,
     "memory": MemoryAugmentedAttention,
     "additive": AdditiveAttention,
+    "catt": CausalAttention,
+    "catt_additive": AdditiveCausalAttention,
     "gmha": GroupMultiHeadAttention,
     "stacked": StackedAttention,
     "sla": StackedLatentAttention,
@@ -108,10 +111,12 @@ def build_attention(
 __all__ = [
     "ATTENTION",
     "AdditiveAttention",
+    "AdditiveCausalAttention",
     "AttentionContext",
     "AttentionDims",
     "AttentionOutput",
     "Capabilities",
+    "CausalAttention",
     "GeometryAwareSelfAttention",
     "GroupMultiHeadAttention",
     "KVCache",
@@ -120,6 +125,7 @@ __all__ = [
     "MultiHeadAttention",
     "NormalizedGeometryAwareSelfAttention",
     "NormalizedSelfAttention",
+    "SharedKVCache",
     "Site",
     "StackedAttention",
     "StackedLatentAttention",

@@ -10,6 +10,8 @@ A cache holds the *projected* keys and values of one attention site, laid out (B
 - :class:`StaticKVCache` (decoder cross-attention): the image's keys/values are projected on first use
   and reused at every later step (the M2 anchor re-projects them at every step). Captioners keep it once
   per image, not per beam (see :class:`~vlattn.models.transformer.TransformerState`).
+- :class:`SharedKVCache`: compute-once keys/values shared by every row (a global dictionary, batch of one);
+  never reordered.
 
 Caches live in the decoding state returned by a model's ``encode``; :func:`reorder_state` index-selects
 every tensor of that state (and of the caches in it) to follow beams.
@@ -123,6 +125,14 @@ class StaticKVCache:
         if self.key is None:
             return type(self)()
         return type(self)(self.key.index_select(0, index), self.value.index_select(0, index))
+
+
+class SharedKVCache(StaticKVCache):
+    """Compute-once cache over keys/values that every row shares (CATT's global dictionary): projected from a batch
+    of one, (1, H, K, d_k), broadcast by attention to any batch; reordering rows leaves it as it is."""
+
+    def reorder(self, index: Tensor) -> SharedKVCache:
+        return self
 
 
 def fetch_projections(cache: KeyValueSource | None, project: Projector) -> tuple[Tensor, Tensor]:

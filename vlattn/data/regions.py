@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -75,18 +77,28 @@ class RegionSampler:
         """D, the feature size."""
         return self.store.dim
 
-    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
-        """(n, D) float32 with n = min(count, regions of all images): all regions of images drawn without
-        replacement (order from ``generator``) until ``count`` are collected; the last image drawn gives its
-        first regions only. Deterministic for a generator state."""
+    def stream(self, count: int, generator: torch.Generator, chunk_rows: int = 8192) -> Iterator[np.ndarray]:
+        """The rows of :meth:`sample` in (about ``chunk_rows``, D) float32 chunks of whole images, read lazily: a
+        consumer that stops early reads no further images (k-means over COCO-size stores)."""
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         order = torch.randperm(len(self.image_ids), generator=generator).tolist()
-        chunks, total = [], 0
+        pending, pending_rows, total = [], 0, 0
         for index in order:
             if total >= count:
                 break
             features = first_regions(self.store, self.image_ids[index], self.max_regions).features
-            chunks.append(features[: count - total])
-            total += len(chunks[-1])
-        return torch.from_numpy(np.concatenate(chunks).astype(np.float32, copy=False))
+            pending.append(features[: count - total])
+            total += len(pending[-1])
+            pending_rows += len(pending[-1])
+            if pending_rows >= chunk_rows:
+                yield np.concatenate(pending).astype(np.float32, copy=False)
+                pending, pending_rows = [], 0
+        if pending:
+            yield np.concatenate(pending).astype(np.float32, copy=False)
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """(n, D) float32 with n = min(count, regions of all images): all regions of images drawn without
+        replacement (order from ``generator``) until ``count`` are collected; the last image drawn gives its
+        first regions only. Deterministic for a generator state."""
+        return torch.from_numpy(np.concatenate(list(self.stream(count, generator))))

@@ -20,10 +20,12 @@ from torch import nn
 
 from vlattn.config import ModelConfig, lookup
 from vlattn.errors import ConfigError
+from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
+from vlattn.models.mcan_catt import MCANCatt, build_mcan_catt
 from vlattn.models.meshed import MeshedCrossAttention
 from vlattn.models.question import QuestionEncoder
 from vlattn.models.transformer import (
@@ -53,6 +55,8 @@ MODELS: dict[str, ModelKind] = {
     "updown": ModelKind("captioning", build_updown),
     "mcan": ModelKind("vqa", build_mcan),
     "twin_stream": ModelKind("vqa", build_twin_stream),
+    "catt": ModelKind("captioning", build_catt),
+    "mcan_catt": ModelKind("vqa", build_mcan_catt),
 }
 
 
@@ -110,7 +114,9 @@ def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
 
 __all__ = [
     "MCAN",
+    "MCANCatt",
     "MODELS",
+    "CattCaptioner",
     "ModelKind",
     "CrossAttentionSite",
     "DecoderLayer",
@@ -129,8 +135,10 @@ __all__ = [
     "UpDownCaptioner",
     "UpDownState",
     "build_captioner",
+    "build_catt",
     "build_m2",
     "build_mcan",
+    "build_mcan_catt",
     "build_transformer",
     "build_twin_stream",
     "build_updown",

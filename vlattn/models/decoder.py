@@ -17,6 +17,7 @@ so nothing per image is ever copied per beam.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +104,10 @@ class LayerCache:
     self_attention: KVCache
     cross: Any
 
+    def reorder(self, index: Tensor) -> LayerCache:
+        """The caches of decoding rows ``index`` (R',): the self-attention cache gathered, ``cross`` kept."""
+        return dataclasses.replace(self, self_attention=self.self_attention.reorder(index))
+
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention site, feed-forward; residual + norm after each (the site has
@@ -124,11 +129,16 @@ class DecoderLayer(nn.Module):
         return LayerCache(KVCache(), self.cross.new_cache())
 
     def forward(
-        self, x: Tensor, memories: Memories, self_mask: Tensor | None, cache: LayerCache | None = None
+        self, x: Tensor, memories: Memories, self_mask: Tensor | None, cache: LayerCache | None = None,
+        self_memory: Tensor | None = None, self_context: AttentionContext = DECODER_SELF_CONTEXT,
     ) -> Tensor:
-        """``x`` (B, T, d), ``self_mask`` bool (T, t), (B, 1, T, t) or None."""
+        """``x`` (B, T, d), ``self_mask`` bool (T, t), (B, 1, T, t) or None.
+
+        ``self_memory`` (B|1, M, d): keys/values of the first sub-layer other than ``x`` (CATT's cross-sample stream:
+        the word dictionary, or the cross-sample states of the same positions), attended with ``self_context``."""
         self_cache, cross_cache = (None, None) if cache is None else (cache.self_attention, cache.cross)
-        attended = self.self_attn(x, x, x, mask=self_mask, cache=self_cache, context=DECODER_SELF_CONTEXT).out
+        source = x if self_memory is None else self_memory
+        attended = self.self_attn(x, source, source, mask=self_mask, cache=self_cache, context=self_context).out
         x = self.self_norm(x, attended)
         x = self.cross(x, memories, cache=cross_cache)
         return self.ffn_norm(x, self.ffn(x))
@@ -161,6 +171,12 @@ class TransformerDecoder(nn.Module):
         """Empty per-layer caches for incremental decoding."""
         return [layer.new_cache() for layer in self.layers]
 
+    def embed_positions(self, tokens: Tensor, start: int) -> Tensor:
+        """The decoder's input at positions start..T-1 of the prefix ``tokens`` (B, T): word embeddings plus
+        position encodings, dropout; (B, T - start, d)."""
+        new = tokens[:, start:]  # (B, T')
+        return self.dropout(self.embed(new) + self.positions(new.shape[1], start))
+
     def hidden(
         self, tokens: Tensor, memories: Memories, cache: list[LayerCache] | None = None, start: int = 0
     ) -> Tensor:
@@ -169,10 +185,8 @@ class TransformerDecoder(nn.Module):
         Positions before ``start`` must already be in ``cache`` (incremental decoding passes the whole
         prefix and ``start = T - 1``).
         """
-        new = tokens[:, start:]  # (B, T')
-        length = new.shape[1]
-        x = self.dropout(self.embed(new) + self.positions(length, start))  # (B, T', d)
-        self_mask = causal_mask(length, start, tokens.device)  # (T', T) or None
+        x = self.embed_positions(tokens, start)  # (B, T', d)
+        self_mask = causal_mask(x.shape[1], start, tokens.device)  # (T', T) or None
         real = None if self.pad_id is None else tokens != self.pad_id  # (B, T)
         if real is not None:
             keys = real[:, None, None, :]  # (B, 1, 1, T)

@@ -56,9 +56,16 @@ class EncoderLayer(nn.Module):
         self.ffn = feed_forward
         self.ffn_norm = ffn_norm
 
-    def forward(self, x: Tensor, mask: Tensor, context: AttentionContext, bias: Tensor | None = None) -> Tensor:
-        """``x`` (B, N, d), ``mask`` bool (B, 1, 1, N) True = real key, ``bias`` (B, H|1, N, N) or None."""
-        attended = self.self_attn(x, x, x, mask=mask, bias=bias, context=context).out
+    def forward(
+        self, x: Tensor, mask: Tensor | None, context: AttentionContext, bias: Tensor | None = None,
+        memory: Tensor | None = None,
+    ) -> Tensor:
+        """``x`` (B, N, d), ``mask`` bool (B, 1, 1, N) True = real key, ``bias`` (B, H|1, N, N) or None.
+
+        ``memory`` (B|1, M, d): keys/values other than ``x`` (CATT's cross-sample stream: the queries of the sample
+        over the dictionary or the cross-sample states); the residual is over the queries ``x`` either way."""
+        source = x if memory is None else memory
+        attended = self.self_attn(x, source, source, mask=mask, bias=bias, context=context).out
         x = self.attn_norm(x, attended)
         return self.ffn_norm(x, self.ffn(x))
 

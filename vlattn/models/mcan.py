@@ -43,7 +43,7 @@ captioners' absolute box encoding) is refused: the boxes reach MCAN through ``mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,13 +88,40 @@ class SelfGuidedLayer(nn.Module):
         self.ffn_norm = ffn_norm
 
     def forward(
-        self, x: Tensor, x_mask: Tensor, self_context: AttentionContext, y: Tensor, y_mask: Tensor,
-        guided_context: AttentionContext,
+        self, x: Tensor, x_mask: Tensor | None, self_context: AttentionContext, y: Tensor, y_mask: Tensor,
+        guided_context: AttentionContext, self_memory: Tensor | None = None,
     ) -> Tensor:
-        """``x_mask`` (B, 1, 1, N) / ``y_mask`` (B, 1, 1, L) bool, True = real key."""
-        x = self.self_norm(x, self.self_attn(x, x, x, mask=x_mask, context=self_context).out)
+        """``x_mask`` (B, 1, 1, N) / ``y_mask`` (B, 1, 1, L) bool, True = real key.
+
+        ``self_memory`` (B|1, M, d): keys/values of the first sub-layer other than ``x`` (CATT's cross-sample
+        stream, :mod:`vlattn.models.mcan_catt`), masked by ``x_mask``; the residual is over ``x`` either way."""
+        source = x if self_memory is None else self_memory
+        x = self.self_norm(x, self.self_attn(x, source, source, mask=x_mask, context=self_context).out)
         x = self.guided_norm(x, self.guided_attn(x, y, y, mask=y_mask, context=guided_context).out)
         return self.ffn_norm(x, self.ffn(x))
+
+
+@dataclass(frozen=True)
+class CoAttentionMasks:
+    """Key masks and attention contexts of one batch: ``word_keys`` (B, 1, 1, L) and ``region_keys`` (B, 1, 1, N)
+    bool, True = real key; contexts of the ``question`` self-attention (question mask), the ``image``
+    self-attention (region mask, box geometry) and the question-``guided`` attention (region mask)."""
+
+    word_keys: Tensor
+    region_keys: Tensor
+    question: AttentionContext
+    image: AttentionContext
+    guided: AttentionContext
+
+    @classmethod
+    def of(cls, question_mask: Tensor, region_mask: Tensor, boxes: Tensor) -> CoAttentionMasks:
+        """From ``question_mask`` (B, L), ``region_mask`` (B, N) and ``boxes`` (B, N, 4) normalised x1y1x2y2."""
+        return cls(
+            question_mask[:, None, None, :], region_mask[:, None, None, :],
+            AttentionContext(Site.ENCODER_SELF, query_mask=question_mask),
+            AttentionContext(Site.ENCODER_SELF, query_mask=region_mask, geometry=BoxGeometry(boxes, region_mask)),
+            AttentionContext(Site.CROSS, query_mask=region_mask),
+        )
 
 
 class CoAttentionBackbone(nn.Module):
@@ -111,16 +138,11 @@ class CoAttentionBackbone(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """``words`` (B, L, d), ``question_mask`` (B, L), ``regions`` (B, N, d), ``region_mask`` (B, N),
         ``boxes`` (B, N, 4) normalised x1y1x2y2."""
-        word_keys = question_mask[:, None, None, :]  # (B, 1, 1, L)
-        region_keys = region_mask[:, None, None, :]  # (B, 1, 1, N)
-        question_context = AttentionContext(Site.ENCODER_SELF, query_mask=question_mask)
-        image_context = AttentionContext(Site.ENCODER_SELF, query_mask=region_mask,
-                                         geometry=BoxGeometry(boxes, region_mask))
-        guided_context = AttentionContext(Site.CROSS, query_mask=region_mask)
+        m = CoAttentionMasks.of(question_mask, region_mask, boxes)
         for layer in self.encoder:
-            words = layer(words, word_keys, question_context)
+            words = layer(words, m.word_keys, m.question)
         for layer in self.decoder:
-            regions = layer(regions, region_keys, image_context, words, word_keys, guided_context)
+            regions = layer(regions, m.region_keys, m.image, words, m.word_keys, m.guided)
         return words, regions
 
 
@@ -153,15 +175,23 @@ class MCAN(nn.Module):
         """The encoder and decoder layers (the backbone counted by the LW paper's Table II)."""
         return [*self.backbone.encoder, *self.backbone.decoder]
 
+    def image_features(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        """The region features (B, N, D), with the box channels appended under ``box_input`` (B, N, D + 5)."""
+        features = inputs["features"]
+        return with_box_channels(features, inputs["boxes"]) if self.box_input else features
+
+    def reduce(self, words: Tensor, question_mask: Tensor, regions: Tensor, region_mask: Tensor) -> Tensor:
+        """Both modalities' states, words (B, L, d) and regions (B, N, d), reduced, summed and normalised:
+        (B, flat_out)."""
+        return self.fusion_norm(self.reduce_question(words, question_mask) + self.reduce_image(regions, region_mask))
+
     def fused(self, inputs: Mapping[str, Tensor]) -> Tensor:
         """The fused, normalised question-image vector (B, flat_out) before the classifier."""
-        features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
-        question_mask = inputs["question_mask"]
-        if self.box_input:
-            features = with_box_channels(features, boxes)  # (B, N, D + 5)
+        boxes, region_mask, question_mask = inputs["boxes"], inputs["region_mask"], inputs["question_mask"]
         words = self.question(inputs["questions"])  # (B, L, d)
-        words, regions = self.backbone(words, question_mask, self.image_proj(features), region_mask, boxes)
-        return self.fusion_norm(self.reduce_question(words, question_mask) + self.reduce_image(regions, region_mask))
+        words, regions = self.backbone(words, question_mask, self.image_proj(self.image_features(inputs)),
+                                       region_mask, boxes)
+        return self.reduce(words, question_mask, regions, region_mask)
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
         """Answer logits (B, A)."""
@@ -194,30 +224,52 @@ class MCANParts(Parts):
         return SelfGuidedLayer(self_attention, self_norm, guided, guided_norm, self.feed_forward(), self.norm())
 
 
-def build_mcan(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> MCAN:
-    """The MCAN described by ``cfg`` for ``num_words`` question words and ``num_answers`` candidate answers."""
-    options = parse_options(MCANOptions, cfg.options, "model.options")
+@dataclass
+class MCANStems:
+    """The parts of an MCAN around its backbone: the ``question`` encoder, the ``image_proj``ection, and the
+    predictor's width ``flat_out`` with a factory of its reductions."""
+
+    question: QuestionEncoder
+    image_proj: nn.Linear
+    flat_out: int
+    reduction: Callable[[], AttentionalReduction]
+
+
+def mcan_stems(cfg: ModelConfig, options: MCANOptions, num_words: int, pad_id: int) -> MCANStems:
+    """The inputs and the reductions of the MCAN of ``cfg`` (``options`` its parsed ``model.options``)."""
     if cfg.box_encoding != "none":
         raise ConfigError(f"model.box_encoding: {cfg.box_encoding!r} is not supported by MCAN (the boxes reach it "
                           "through model.box_input or gsa at model.decoder_self_attention); use 'none'")
-    parts = MCANParts(cfg, use_cache=False, layer_norm=options.layer_norm)
     d = cfg.d_model
     flat_out = options.flat_out or 2 * d
-    backbone = CoAttentionBackbone(
-        [parts.question_layer() for _ in range(cfg.encoder_layers)],
-        [parts.image_layer() for _ in range(cfg.decoder_layers)],
-    )
 
     def reduction() -> AttentionalReduction:
         return AttentionalReduction(d, options.flat_hidden or d, options.flat_glimpses, flat_out, cfg.dropout)
 
-    return MCAN(
+    return MCANStems(
         question=question_encoder(num_words, options.word_dim, d, pad_id, cfg.word_vectors),
         image_proj=nn.Linear(cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0), d),
+        flat_out=flat_out,
+        reduction=reduction,
+    )
+
+
+def build_mcan(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> MCAN:
+    """The MCAN described by ``cfg`` for ``num_words`` question words and ``num_answers`` candidate answers."""
+    options = parse_options(MCANOptions, cfg.options, "model.options")
+    parts = MCANParts(cfg, use_cache=False, layer_norm=options.layer_norm)
+    backbone = CoAttentionBackbone(
+        [parts.question_layer() for _ in range(cfg.encoder_layers)],
+        [parts.image_layer() for _ in range(cfg.decoder_layers)],
+    )
+    stems = mcan_stems(cfg, options, num_words, pad_id)
+    return MCAN(
+        question=stems.question,
+        image_proj=stems.image_proj,
         backbone=backbone,
-        reduce_question=reduction(),
-        reduce_image=reduction(),
-        fusion_norm=parts.layer_norm_module(flat_out),
-        classifier=nn.Linear(flat_out, num_answers),
+        reduce_question=stems.reduction(),
+        reduce_image=stems.reduction(),
+        fusion_norm=parts.layer_norm_module(stems.flat_out),
+        classifier=nn.Linear(stems.flat_out, num_answers),
         box_input=cfg.box_input,
     )

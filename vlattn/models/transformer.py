@@ -18,17 +18,17 @@ self-attention caches, one gather per layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
 from vlattn.config import ModelConfig, parse_options
-from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.errors import ConfigError
+from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
-from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder, regroup
+from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder, regroup
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
 ModelInputs = Mapping[str, Tensor]
@@ -36,12 +36,13 @@ ModelInputs = Mapping[str, Tensor]
 
 @dataclass
 class TransformerState:
-    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`, B images) and, when caching, one
-    :class:`~vlattn.models.decoder.LayerCache` per decoder layer (extended in place by ``step``); ``group`` g,
-    the decoding rows per image (``step`` takes B g rows, grouped image by image)."""
+    """Decoding state: the encoded ``memories`` (name -> :class:`Memory`, B images) and, when caching, the caches
+    of each decoder layer (a :class:`~vlattn.models.decoder.LayerCache`; two-stream decoders hold one per stream,
+    each with a ``reorder(index)`` that gathers only what follows the decoding rows), extended in place by
+    ``step``; ``group`` g, the decoding rows per image (``step`` takes B g rows, grouped image by image)."""
 
     memories: dict[str, Memory]
-    cache: list[LayerCache] | None = None
+    cache: list[Any] | None = None
     group: int = 1
 
     @property
@@ -67,13 +68,17 @@ class TransformerCaptioner(nn.Module):
         """The word embedding table (V, d) (data-dependent initialisation reads it)."""
         return self.decoder.embed
 
-    def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
-        """Encode the regions: ``{"regions": Memory}``; with ``box_input`` the normalised boxes join the
-        features."""
+    def encoder_inputs(self, inputs: ModelInputs) -> tuple[Tensor, Tensor, Tensor]:
+        """``features`` (B, N, D) — (B, N, D + 5) with ``box_input``, the normalised boxes joining them —, ``boxes``
+        (B, N, 4) and ``region_mask`` (B, N)."""
         features, boxes, region_mask = inputs["features"], inputs["boxes"], inputs["region_mask"]
         if self.box_input:
             features = with_box_channels(features, boxes)  # (B, N, D + 5)
-        return {"regions": self.encoder(features, boxes, region_mask)}
+        return features, boxes, region_mask
+
+    def memories(self, inputs: ModelInputs) -> dict[str, Memory]:
+        """Encode the regions: ``{"regions": Memory}``."""
+        return {"regions": self.encoder(*self.encoder_inputs(inputs))}
 
     def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
         """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V)."""
@@ -95,11 +100,9 @@ class TransformerCaptioner(nn.Module):
     def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
         """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
         which must belong to the same image (image of row r = r // g'). Only the self-attention caches are
-        gathered; memories and cross-attention caches stay once per image."""
+        gathered (each layer's ``reorder``); memories and cross-attention caches stay once per image."""
         group = regroup(index, state.images, state.group)
-        cache = None if state.cache is None else [
-            dataclasses.replace(layer, self_attention=layer.self_attention.reorder(index)) for layer in state.cache
-        ]
+        cache = None if state.cache is None else [layer.reorder(index) for layer in state.cache]
         return TransformerState(state.memories, cache, group)
 
     def backbone_layers(self) -> list[nn.Module]:
@@ -124,18 +127,35 @@ class Parts:
     use_cache: bool = True
     attention_dropout: float | None = None
 
+    @property
+    def dropout(self) -> float:
+        """The attention dropout: ``cfg.attention_dropout``, else the kind's ``attention_dropout``, else
+        ``cfg.dropout``."""
+        return first_set(self.cfg.attention_dropout, self.attention_dropout, self.cfg.dropout)
+
+    def check(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
+              query_dim: int | None = None, key_dim: int | None = None) -> None:
+        """Refuse the mechanism of ``model.<site_key>`` at a site of kind ``site`` unless its capabilities allow it."""
+        spec, cfg = getattr(self.cfg, site_key), self.cfg
+        dims = AttentionDims(cfg.d_model, cfg.num_heads, self.dropout, query_dim, key_dim)
+        check_placement(spec.name, dims, site=site, where=f"model.{site_key}", has_geometry=has_geometry, cached=cached)
+
     def attention(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
                   query_dim: int | None = None, key_dim: int | None = None) -> nn.Module:
-        """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``."""
-        spec, cfg = getattr(self.cfg, site_key), self.cfg
-        where = f"model.{site_key}"
-        dropout = first_set(cfg.attention_dropout, self.attention_dropout, cfg.dropout)
-        dims = AttentionDims(cfg.d_model, cfg.num_heads, dropout, query_dim, key_dim)
-        check_placement(spec.name, dims, site=site, where=where, has_geometry=has_geometry, cached=cached)
-        return build_attention(
-            spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=dropout, query_dim=query_dim,
+        """The mechanism configured at ``model.<site_key>`` for a site of kind ``site``; its output must have the
+        model's width (the residual adds it to the queries)."""
+        self.check(site_key, site, has_geometry=has_geometry, cached=cached, query_dim=query_dim, key_dim=key_dim)
+        spec, cfg, where = getattr(self.cfg, site_key), self.cfg, f"model.{site_key}"
+        module = build_attention(
+            spec.name, d_model=cfg.d_model, num_heads=cfg.num_heads, dropout=self.dropout, query_dim=query_dim,
             key_dim=key_dim, options=spec.options, where=where,
         )
+        if module.out_dim != cfg.d_model:
+            raise ConfigError(
+                f"{where}: attention {spec.name!r} returns {module.out_dim}-d outputs, but a Transformer layer adds "
+                f"them to its {cfg.d_model}-d queries (for catt: options.fusion: concat_linear)"
+            )
+        return module
 
     def feed_forward(self) -> nn.Module:
         spec = self.cfg.feed_forward
@@ -153,8 +173,9 @@ class Parts:
             raise ConfigError(f"model.box_encoding: 'sinusoidal' needs d_model divisible by 4, got {self.cfg.d_model}")
         return SinusoidalBoxEncoding(self.cfg.d_model)
 
-    def encoder_layer(self) -> EncoderLayer:
-        attention = self.attention("encoder_self_attention", Site.ENCODER_SELF, has_geometry=True)
+    def encoder_layer(self, site: Site = Site.ENCODER_SELF) -> EncoderLayer:
+        """An encoder layer whose attention (``model.encoder_self_attention``) serves sites of kind ``site``."""
+        attention = self.attention("encoder_self_attention", site, has_geometry=site is Site.ENCODER_SELF)
         return EncoderLayer(attention, self.feed_forward(), self.norm(), self.norm())
 
     def cross_site(self, layer: int) -> nn.Module:

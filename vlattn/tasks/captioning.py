@@ -17,7 +17,8 @@ The reward's CIDEr-D document frequencies come from the training references and 
 the mode change (the table records a fingerprint of all of them).
 
 Evaluation decodes a split with beam search and scores it with the COCO caption metrics (BLEU, METEOR,
-ROUGE-L, CIDEr-D, SPICE where Java allows); predictions are written in the COCO results format.
+ROUGE-L, CIDEr-D, SPICE where Java allows) and the bias metrics CHAIR_s, CHAIR_i and A@Attr where the data set has a
+lexicon (:mod:`vlattn.data.bias`); predictions are written in the COCO results format.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from vlattn.config import Config, DataConfig
+from vlattn.data.bias import bias_source
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
@@ -43,6 +45,7 @@ from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
+from vlattn.metrics.bias import bias_scores
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -109,8 +112,8 @@ class CaptionData:
         words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
         word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
         return PrepareResources(
-            seed=seed, regions=regions, word_counts=word_counts,
-            word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
+            seed=seed, regions=regions, word_counts=word_counts, data_root=self.root,
+            word_embeddings=None if embeddings is None else embeddings.weight.detach(),
         )
 
 
@@ -214,6 +217,15 @@ def training_reward(data: CaptionData, *, mode: str = "image", include_eos: bool
         return torch.from_numpy(scorer(tokens.cpu().numpy(), refs)).float()
 
     return reward
+
+
+def bias_report(cfg: Config, root: Path, predictions: dict[int, str], references: dict[int, list[str]]) -> dict | str:
+    """CHAIR_s, CHAIR_i and A@Attr of ``predictions`` with the data set's lexicon and ground truth
+    (``eval.bias_lexicon``, ``eval.bias_instances``; :mod:`vlattn.data.bias`), or why they cannot be computed."""
+    source = bias_source(cfg.eval.bias_lexicon, cfg.eval.bias_instances, root, references)
+    if isinstance(source, str):
+        return source
+    return {"lexicon": source.name, **bias_scores(predictions, source.truth, source.lexicon).to_dict()}
 
 
 # --- stages -----------------------------------------------------------------------------------------------
@@ -378,7 +390,14 @@ class Captioning:
         model = _load_model(checkpoint, vocab, data.store.dim, dev)
         dataset = data.eval_set(split)
         predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
-        scores = score_predictions(predictions, references_of(dataset), collapse_repeats=cfg.eval.collapse_repeats)
+        references = references_of(dataset)
+        scores = score_predictions(predictions, references, collapse_repeats=cfg.eval.collapse_repeats)
+        bias = bias_report(cfg, data.root, predictions, references)
+        if isinstance(bias, str):
+            scores["unavailable"]["CHAIR"] = scores["unavailable"]["A@Attr"] = bias
+        else:
+            scores["scores"].update(bias["scores"])
+            scores["bias"] = bias
         out = output_dir(checkpoint)
         write_predictions(out / f"{split}_predictions.json", predictions)
         report = {
@@ -402,6 +421,12 @@ class Captioning:
             lines.append(f"  {name:<8} {value:.4f}")
         for name, reason in report.get("unavailable", {}).items():
             lines.append(f"  {name:<8} not computed: {reason}")
+        bias = report.get("bias")
+        if bias:
+            by_object = ", ".join(f"{obj} {ok}/{total}" for obj, (ok, total) in bias["attribute_by_object"].items())
+            hallucinated = ", ".join(f"{obj} {n}" for obj, n in bias["hallucinated"].items()) or "none"
+            lines.append(f"  A@Attr by object ({bias['lexicon']} lexicon): {by_object or 'no colour-object pairs'}")
+            lines.append(f"  hallucinated objects: {hallucinated}")
         tokenizer = report.get("tokenizer", {})
         if tokenizer.get("backend") == "python":
             lines.append(f"  tokenizer: Python PTB ({tokenizer['differences']}); "

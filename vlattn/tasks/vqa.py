@@ -138,15 +138,16 @@ class VQAData:
         return sizes
 
     def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources:
-        """Training regions, the question words with their training counts and the model's word embeddings."""
+        """Training regions, the question words with their training counts and the model's word embeddings
+        (the table itself: a word dictionary fitted after the question encoder's word vectors sees them)."""
         questions = self.split("train").questions
         regions = RegionSampler(self.store, sorted({q.image_id for q in questions}), self.config.max_regions)
         words = [i for q in questions for i in encode_question(self.words, q.question, self.config.max_question_len)]
         word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.words))  # (V,)
         embeddings = getattr(model, "word_embeddings", None)
         return PrepareResources(
-            seed=seed, regions=regions, word_counts=word_counts, words=self.words,
-            word_embeddings=None if embeddings is None else embeddings.weight.detach().clone(),
+            seed=seed, regions=regions, word_counts=word_counts, words=self.words, data_root=self.root,
+            word_embeddings=None if embeddings is None else embeddings.weight.detach(),
         )
 
 

@@ -19,8 +19,8 @@ load weights that already hold its result. Hence the rules for a hook:
   name, so the result is deterministic for a seed and independent of other modules. The global RNG is
   restored afterwards, so the training that follows is the same whether or not a module prepared itself.
 
-An offline alternative (CATT's ``vlattn catt dictionary`` command, issue 14) can draw from the same
-:class:`~vlattn.data.regions.RegionSampler` ahead of training.
+An offline alternative (CATT's ``vlattn catt dictionary`` command) draws from the same
+:class:`~vlattn.data.regions.RegionSampler` ahead of training and writes a file a hook then loads.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import dataclasses
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -42,9 +43,11 @@ class PrepareResources:
     """What the data offers to ``prepare`` hooks.
 
     ``regions``: seeded draws of training region features (the raw store features, (n, D)), or None when
-    the task has no regions; ``word_embeddings``: a copy of the model's word embedding table (V, d) and
+    the task has no regions; ``word_embeddings``: the model's word embedding table (V, d) itself (read it, never
+    write it: what hooks that ran before wrote into it, such as word vectors, shows) and
     ``word_counts`` (V,) the occurrences of each word in the training text, or None; ``words``: the word
-    vocabulary those rows belong to (pre-trained word vectors are looked up by word), or None;
+    vocabulary those rows belong to (pre-trained word vectors are looked up by word), or None; ``data_root``: the
+    data set's directory (files a hook reads, such as CATT dictionary files, are relative to it), or None;
     ``generator``: this module's own seeded generator.
     """
 
@@ -52,6 +55,7 @@ class PrepareResources:
     regions: RegionSampler | None = None
     word_embeddings: Tensor | None = None
     word_counts: Tensor | None = None
+    data_root: Path | None = None
     words: Vocabulary | None = None
     generator: torch.Generator = dataclasses.field(default_factory=torch.Generator)
 

@@ -1,0 +1,97 @@
+"""Trainable parameters of Transformer+CATT (configs/catt.yaml) and MCAN+CATT (configs/vqa-catt.yaml) beside the
+model without CATT of the same shape, with the increment split into its parts, against the CATT paper's statement
+(supplementary Sec. 9: with IS-ATT and CS-ATT sharing their parameters, "the increments of the trainable parameters
+only come from the global image and word embedding dictionaries"; the paper gives no totals). Written to
+benchmarks/RESULTS.md ("## CATT parameters"). Built on the meta device (no weights allocated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from results import parse_args, publish
+from torch import nn
+
+from vlattn.config import ModelConfig, load_config
+from vlattn.models import build_captioner, build_vqa_model
+
+WORDS, ANSWERS = 10201, 3129  # COCO Karpathy vocabulary (words seen >= 5 times); VQA v2 candidate answers
+CATT_OPTIONS = ("image_dictionary", "word_dictionary", "share", "fusion")
+VARIANTS = {  # row -> options over the preset's
+    "shared, concat (paper)": {},
+    "shared, concat_linear (released code's fc)": {"fusion": "concat_linear"},
+    "w/o Share, concat": {"share": False},
+}
+SECOND_STREAM = ("cross_sample", "cross_encoder", "cross_decoder")  # the CS stream's own layers (w/o Share)
+
+
+def count(model: nn.Module, keep=lambda name: True) -> int:
+    return sum(p.numel() for name, p in model.named_parameters() if keep(name))
+
+
+def build(cfg: ModelConfig) -> nn.Module:
+    with torch.device("meta"):
+        if cfg.kind in ("catt", "transformer"):
+            return build_captioner(cfg, WORDS)
+        return build_vqa_model(cfg, WORDS, ANSWERS)
+
+
+def baseline(cfg: ModelConfig) -> ModelConfig:
+    """The model without CATT: the Transformer of the same shape, or MCAN with MCAN's options."""
+    kind = {"catt": "transformer", "mcan_catt": "mcan"}[cfg.kind]
+    options = {} if kind == "transformer" else {k: v for k, v in cfg.options.items() if k not in CATT_OPTIONS}
+    return replace(cfg, kind=kind, options=options)
+
+
+def row(name: str, cfg: ModelConfig) -> str:
+    """| model | base | +CATT | increment | dictionaries | predictor | CS layers |: increment = the three parts."""
+    model, base = build(cfg), build(baseline(cfg))
+    total, reference = count(model), count(base)
+    dictionaries = count(model, lambda n: "dictionary" in n)
+    layers = count(model, lambda n: any(part in n.split(".") for part in SECOND_STREAM))
+    predictor = total - reference - dictionaries - layers
+    return (f"| {name} | {reference:,} | {total:,} | +{total - reference:,} | {dictionaries:,} | {predictor:,} | "
+            f"{layers:,} |")
+
+
+def main() -> None:
+    args = parse_args(__doc__, repeats=0)
+    rows = []
+    for preset, label in (("configs/catt.yaml", "Transformer+CATT 6+6, d=512"),
+                          ("configs/vqa-catt.yaml", "MCAN+CATT (MCAN-small)")):
+        cfg = load_config(preset).model
+        for variant, options in VARIANTS.items():
+            rows.append(row(f"{label}, {variant}", replace(cfg, options={**cfg.options, **options})))
+    body = f"""Trainable parameters with {WORDS:,} words (COCO Karpathy, words seen >= 5 times), {ANSWERS:,} VQA answers,
+2048-d regions, dictionaries of 500 entries each (the paper's Transformer setting). "base" is the same model
+without CATT (`kind: transformer` of the same shape; `kind: mcan` with MCAN's options). The increment is split
+into the dictionaries, the predictor's widening and the cross-sample stream's own layers; the three parts add up
+to the increment exactly.
+
+| model | base | +CATT | increment | dictionaries | predictor | CS layers |
+|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+The paper (supplementary Sec. 9) states that with shared parameters the increments "only come from the global
+image and word embedding dictionaries": 500 x 2048 (image, in the RoI feature space) + 500 x 512 (word, in the
+512-d word-embedding space) = 1,280,000 for the captioner, which is our dictionaries column. Every other
+parameter of the increment is accounted for:
+
+- predictor, `concat` (the paper's reading of Fig. 5, "concatenated and input into the final predictor"): the
+  classifier reads [Z^; X^], so its weight doubles its input side: +{WORDS:,} x 512 = {WORDS * 512:,} for the
+  captioner, +{ANSWERS:,} x 1024 = {ANSWERS * 1024:,} for MCAN+CATT (MCAN's fused vector is 1024-d). The paper's
+  statement leaves this out; a predictor that reads a concatenation cannot avoid it.
+- predictor, `concat_linear` (the released LXMERT+CATT code's `fc` over the concatenation): a Linear(2w -> w)
+  before an unchanged classifier, 2 x 512 x 512 + 512 = 524,800 (captioner) and 2 x 1024 x 1024 + 1024 =
+  2,098,176 (MCAN+CATT).
+- MCAN+CATT's word dictionary lives in MCAN's 300-d word-embedding space (500 x 300, entered through the
+  question LSTM), its image dictionary in the 2048-d region space.
+- `w/o Share` (Table 6) adds a second copy of every encoder and decoder layer (the CS layers column).
+- BUTD+CATT (configs/updown-catt.yaml) is counted once the Up-Down model is on main (see docs/catt.md).
+"""
+    publish("CATT parameters", body, args)
+
+
+if __name__ == "__main__":
+    main()

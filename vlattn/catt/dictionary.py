@@ -1,0 +1,131 @@
+"""CATT's global dictionaries (CATT Sec. 3.2, after Eq. 7): the keys K_C = values V_C of cross-sample attention,
+"compressed from the whole training dataset since it is impossible to attend to all the samples", learned end to
+end. An image dictionary lives in the space of the region features, a word dictionary in that of the word
+embeddings.
+
+Initialisation (``DictionaryOptions.init``):
+
+- ``kmeans`` (the paper, Sec. 3.2 and supplementary Sec. 9; the default): in the model's ``prepare`` hook (a fresh
+  run only), k-means centres over the training region features (``sample`` regions of whole training images drawn
+  in a seeded order) or over the word embeddings weighted by their counts in the training captions
+  (:mod:`vlattn.catt.kmeans`, scikit-learn);
+- ``random``: U(0, 0.01), what the authors' released code does (it forces its k-means flag off and draws
+  ``torch.rand(...) / 100``); Table 6's "w/o Init" ablation;
+- ``file``: the entries of a dictionary file written by ``vlattn catt dictionary`` (``path``, relative to the data
+  root), e.g. k-means over all ~4M COCO regions computed once ahead of training.
+
+Every dictionary starts as the U(0, 0.01) draw when it is built, so a model has defined weights before (and
+without) ``prepare``; the entries are exempt from weight decay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from vlattn.catt.files import read_dictionary, resolve_dictionary_path
+from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
+from vlattn.config import bounded
+from vlattn.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from vlattn.training.prepare import PrepareResources
+
+Source = Literal["image", "word"]
+RANDOM_SCALE = 0.01  # U(0, 0.01): the released code's torch.rand(...) / 100
+BUFFER_BYTES = 512 * 2**20  # regions held in memory for the k-means fit; further regions refine it in a stream
+CHUNK_ROWS = 8192  # regions per streamed k-means step
+
+
+@dataclass
+class DictionaryOptions:
+    """One global dictionary: ``size`` entries K (Table 6: 100, 200, 500; BUTD+CATT: 1000); ``init`` one of
+    ``kmeans``, ``random``, ``file`` (see the module docstring); ``path`` the dictionary file of ``init: file``
+    (relative paths start at the data root); ``sample`` the training regions drawn for an image dictionary's
+    k-means (all of them when the training set has fewer)."""
+
+    size: int = bounded(500, ge=1)
+    init: Literal["kmeans", "random", "file"] = "kmeans"
+    path: str = ""
+    sample: int = bounded(100_000, ge=1)
+
+    def check(self, where: str) -> None:
+        if self.init == "file" and not self.path:
+            raise ConfigError(f"config key {where}.path: init 'file' needs the path of a dictionary file")
+
+
+@dataclass(frozen=True)
+class FittedEntries:
+    """k-means ``entries`` (K, D) float32 and how they were made (``meta``, written into dictionary files)."""
+
+    entries: np.ndarray
+    meta: dict[str, Any]
+
+
+def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources, *, sample: int,
+                threads: int = 1) -> FittedEntries:
+    """k-means centres for a ``source`` dictionary of ``size`` entries of ``dim`` features from the training data
+    in ``resources`` (randomness from ``resources.generator`` only). ``ConfigError`` when the data has no such
+    source or another width."""
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=resources.generator))
+    label = f"the {source} dictionary ({size} x {dim})"
+    if source == "image":
+        regions = resources.regions
+        if regions is None:
+            raise ConfigError(f"{label}: k-means needs training region features, which this task does not offer")
+        if regions.dim != dim:
+            raise ConfigError(f"{label}: k-means runs over the {regions.dim}-d training regions, not {dim}-d entries; "
+                              "use init: random or a dictionary file of that width")
+        chunks = regions.stream(sample, resources.generator, CHUNK_ROWS)
+        result = stream_kmeans(chunks, size, seed, buffer_rows=BUFFER_BYTES // (4 * dim), threads=threads)
+        return FittedEntries(result.centres, {"source": source, "size": size, "dim": dim, "seed": seed,
+                                              "rows": result.rows, "buffered": result.buffered})
+    embeddings, counts = resources.word_embeddings, resources.word_counts
+    if embeddings is None or counts is None:
+        raise ConfigError(f"{label}: k-means needs the word embeddings and word counts, which this task does not offer")
+    if embeddings.shape[1] != dim:
+        raise ConfigError(f"{label}: the word embeddings are {embeddings.shape[1]}-d")
+    entries = weighted_kmeans(embeddings.float().numpy(), counts.numpy(), size, seed, threads=threads)
+    return FittedEntries(entries, {"source": source, "size": size, "dim": dim, "seed": seed,
+                                   "words": int((counts > 0).sum()), "tokens": int(counts.sum())})
+
+
+class GlobalDictionary(nn.Module):
+    """``size`` x ``dim`` learned entries; ``forward()`` -> (K, dim). ``source`` (``image``/``word``) is the data
+    that k-means runs over."""
+
+    no_weight_decay: ClassVar[tuple[str, ...]] = ("entries",)
+
+    def __init__(self, dim: int, source: Source, options: DictionaryOptions | None = None) -> None:
+        super().__init__()
+        self.options = options or DictionaryOptions()
+        self.source = source
+        self.entries = nn.Parameter(torch.rand(self.options.size, dim) * RANDOM_SCALE)  # (K, D)
+
+    def extra_repr(self) -> str:
+        return f"{self.source}, size={self.options.size}, dim={self.entries.shape[1]}, init={self.options.init!r}"
+
+    def forward(self) -> Tensor:
+        """The entries (K, D)."""
+        return self.entries
+
+    def prepare(self, resources: PrepareResources) -> None:
+        """Initialise the entries from the data (``kmeans``) or a dictionary file (``file``); ``random`` keeps the
+        U(0, 0.01) draw."""
+        options = self.options
+        if options.init == "random":
+            return
+        if options.init == "file":
+            path = resolve_dictionary_path(options.path, resources.data_root)
+            entries = read_dictionary(path).entries
+            if entries.shape != tuple(self.entries.shape):
+                raise DataError(f"the {self.source} dictionary needs {tuple(self.entries.shape)} entries, the file "
+                                f"holds {entries.shape}", path=path)
+        else:
+            entries = fit_entries(self.source, options.size, self.entries.shape[1], resources,
+                                  sample=options.sample, threads=torch.get_num_threads()).entries
+        self.entries.copy_(torch.from_numpy(entries))
