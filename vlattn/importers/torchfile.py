@@ -38,8 +38,9 @@ def numpy_safe_globals() -> list:
 
 
 RESAVE_HINT = (
-    "re-save the weights alone where the file was written, e.g. "
-    "python -c \"import torch; torch.save({'state_dict': torch.load('SRC.pth')['state_dict']}, 'weights.pth')\""
+    "re-save the weights alone where the file was written, allowing only the class named here, e.g. "
+    "python -c \"import torch, argparse; torch.serialization.add_safe_globals([argparse.Namespace]); "
+    "sd = torch.load('SRC.pth', weights_only=True)['state_dict']; torch.save({'state_dict': sd}, 'weights.pth')\""
 )
 
 
