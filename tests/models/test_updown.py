@@ -14,7 +14,7 @@ from vlattn.config import Spec, config_from_dict, load_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
 from vlattn.models import UpDownCaptioner, build_captioner
-from vlattn.models.profile import trainable
+from vlattn.models.profile import flops_decode_step, trainable
 from vlattn.training.scst import scst_objective
 
 
@@ -170,3 +170,17 @@ def test_cached_step_needs_every_token_so_far() -> None:
     _, state = model.step(inputs["tokens"][:, :1], state)
     with pytest.raises(ValueError, match="the state has consumed 1 tokens, so it needs 2, got 3"):
         model.step(inputs["tokens"][:, :3], state)
+
+
+def test_catt_decoding_step_flops_add_the_cross_sample_attention_and_the_wider_language_lstm() -> None:
+    """BUTD+CATT under `vlattn profile`'s FLOP counter (regression: the decoding step's no-grad dictionary view
+    made torch's module tracker fail). One cached step costs Up-Down's plus, counted by hand: CS-ATT over the K
+    entries (W_k over the dictionary 2 K D A, W_q 2 B M A, w 2 B K A, the weighted sum 2 B K D) and the language
+    LSTM's input widened by the D-d X^ (2 B 4M D)."""
+    batch, entries, hidden, attention = 3, 7, 16, 8
+    shapes = dict(batch=batch, regions=5, length=4, feature_dim=FEATURE_DIM, vocab=VOCAB)
+    base = flops_decode_step(updown(), **shapes)
+    catt = updown(decoder_cross_attention=Spec("catt_additive", {"dictionary": {"size": entries, "init": "random"}}))
+    extra = (2 * entries * FEATURE_DIM * attention + 2 * batch * hidden * attention + 2 * batch * entries * attention
+             + 2 * batch * entries * FEATURE_DIM + 2 * batch * 4 * hidden * FEATURE_DIM)
+    assert flops_decode_step(catt, **shapes) == base + extra
