@@ -10,6 +10,7 @@ import torch
 from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, model_inputs, tiny_inputs, tiny_model_config
 from torch import nn
 
+from vlattn.attention.catt import AdditiveCausalAttention
 from vlattn.config import Spec, config_from_dict, load_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
@@ -155,13 +156,30 @@ def test_scst_trains_through_beam_search() -> None:
     assert greedy_decode(model.eval(), model_inputs(tiny_inputs()), bos=BOS, eos=EOS, max_len=5).shape[0] == 3
 
 
-@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml"])
+REDUCED = ["model.d_model=32", f"model.feature_dim={FEATURE_DIM}", "model.options.embed_dim=16", "model.options.attention_dim=8"]
+
+
+@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml", "configs/updown-catt.yaml"])
 def test_presets_build(preset: str) -> None:
-    cfg = load_config(preset, ["model.d_model=32", "model.feature_dim=12", "model.options.embed_dim=16",
-                               "model.options.attention_dim=8"])
+    cfg = load_config(preset, REDUCED)
     model = build_captioner(cfg.model, 40)
     assert isinstance(model, UpDownCaptioner)
     assert len(getattr(model.attention, "units", [])) == (3 if "sla" in preset else 0)
+
+
+def test_butd_catt_preset_is_up_down_with_one_causal_attention_module() -> None:
+    """configs/updown-catt.yaml (supplementary Sec. 9) at reduced widths: IS-ATT additive over the regions and an
+    unshared additive CS-ATT over 1000 dictionary entries in the region space, both outputs into the language LSTM
+    (input 2D + M); one teacher-forced pass gives finite log-probabilities."""
+    cfg = load_config("configs/updown-catt.yaml", REDUCED)
+    model = build_captioner(cfg.model, VOCAB, pad_id=PAD)
+    attention = model.attention
+    assert isinstance(attention, AdditiveCausalAttention) and attention.cross_sample is not None
+    assert tuple(attention.dictionary.entries.shape) == (1000, FEATURE_DIM)
+    assert model.language_lstm.input_size == 2 * FEATURE_DIM + 32
+    inputs = tiny_inputs()
+    logits = model.eval()(model_inputs(inputs), inputs["tokens"])
+    assert logits.shape == (*inputs["tokens"].shape, VOCAB) and torch.isfinite(logits).all()
 
 
 def test_cached_step_needs_every_token_so_far() -> None:
