@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,11 @@ def answer_type_cells(reports: list[dict]) -> list[str]:
     columns = [[r["overall"] for r in reports]] + [[r["perAnswerType"].get(t, float("nan")) for r in reports]
                                                    for t in TYPES]
     return [mean_sd(column) for column in columns]
+
+
+def fill(text: str) -> str:
+    """A paragraph wrapped as RESULTS.md is."""
+    return textwrap.fill(text, width=116, break_long_words=False, break_on_hyphens=False)
 
 
 def val_curve(run: Path) -> str:
@@ -147,11 +153,16 @@ def main() -> None:
                  else f"one seed ({seeds[0]})")
     models = " vs ".join(f"{m.label} ({m.config}" + "".join(f", `{o}`" for o in m.overrides) + ")"
                          for m in comparison.models)
-    body = f"""Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val /
-200 test, 5 questions per image with ten simulated answers each, 512-d region features). {models}. MCAN:
-{shape}. The same budget for every model: {budget}; {seed_text}; the full config is in each run's config.yaml.
-Best checkpoint by validation accuracy, test split ({len(test):,} questions), official VQA accuracy in percent. The
-majority baseline answers every question with the most frequent training answer of its question type.
+    intro = (f"Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val / 200 "
+             f"test, 5 questions per image with ten simulated answers each, 512-d region features). {models}. MCAN: "
+             f"{shape}. The same budget for every model: {budget}; {seed_text}; the full config is in each run's "
+             f"config.yaml. Best checkpoint by validation accuracy, test split ({len(test):,} questions), official VQA "
+             "accuracy in percent. The majority baseline answers every question with the most frequent training "
+             "answer of its question type.")
+    gap = f"{statistics.mean(gaps):+.2f}" + (f" ± {statistics.stdev(gaps):.2f}" if len(gaps) > 1 else "")
+    reading = (f"{other} minus {base}, overall: {gap} points (per seed: {', '.join(f'{g:+.2f}' for g in gaps)}). "
+               f"Validation accuracy after each epoch: {'; '.join(curves)}. {args.note}")
+    body = f"""{fill(intro)}
 
 | model | parameters | overall | yes/no | number | other |
 |---|---|---|---|---|---|
@@ -169,8 +180,7 @@ Per seed:
 |---|---|---|---|---|---|
 {chr(10).join(per_seed)}
 
-{other} minus {base}, overall: {mean_sd(gaps)} points (per seed: {', '.join(f'{g:+.2f}' for g in gaps)}).
-Validation accuracy after each epoch: {'; '.join(curves)}. {args.note}
+{fill(reading)}
 
 Commands{' (SEED in ' + ', '.join(map(str, args.seeds)) + ')' if args.seeds else ''}:
 
