@@ -45,7 +45,8 @@ def main() -> None:
             start = time.perf_counter()
             optimizer.step()
             times[name].append(time.perf_counter() - start)
-    difference = max(float((a - b).abs().max()) for a, b in zip(copies["default"], copies["fused"]))
+    with torch.no_grad():
+        difference = max(float((a - b).abs().max()) for a, b in zip(copies["default"], copies["fused"]))
     count = sum(p.numel() for p in model.parameters())
     body = f"""M2 (configs/m2.yaml, V = 10201): {count:,} parameters in {len(grads)} tensors, fixed random gradients; one Adam
 step per implementation per round after an untimed first one, {args.repeats} interleaved rounds, `torch.set_num_threads(1)`, medians.
