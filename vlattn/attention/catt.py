@@ -74,6 +74,15 @@ class CausalAttention(nn.Module):
         self.out_dim = self.fusion.out_dim
         self.num_heads = getattr(self.in_sample, "num_heads", 1)
 
+    def zero_key_channels(self, count: int) -> None:
+        """Declare the last ``count`` channels of the site's keys non-features (``model.box_input``'s box channels,
+        appended by a model whose site attends the raw regions, e.g. Up-Down's top-down site): the dictionary
+        entries get ``count`` fixed zero channels (as Transformer+CATT's image dictionary does) and an image
+        dictionary's k-means runs over the raw feature width. Call at build time, before ``prepare``."""
+        dictionary = self.dictionary
+        self.dictionary = GlobalDictionary(dictionary.entries.shape[1] + dictionary.zero_channels, dictionary.source,
+                                           dictionary.options, zero_channels=count)
+
     @property
     def cross_sample_attention(self) -> nn.Module:
         """The module of CS-ATT: IS-ATT's own when shared."""
