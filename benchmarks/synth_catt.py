@@ -2,6 +2,9 @@
 variant with several seeds on a split where circles are red with p = 0.9 in training only (val/test uniform), score
 the test split with CIDEr-D and the bias metrics (CHAIR_s, CHAIR_i, A@Attr; vlattn.metrics.bias), and write the
 means, spreads and per-seed values to benchmarks/RESULTS.md ("CATT bias benchmark on confounded synthetic data").
+Variants (:data:`VARIANTS`): Transformer vs Transformer+CATT (configs/demo.yaml, configs/catt-demo.yaml), Up-Down vs
+Up-Down+CATT (BUTD+CATT, supplementary Sec. 9: configs/updown-demo.yaml, configs/updown-catt-demo.yaml), and Table
+6's ablations of Transformer+CATT (w/o Init, w/o Share, dictionary sizes).
 
 Runs are resumable: a (variant, seed) whose ``<run>.eval.json`` exists is skipped, an unfinished run resumes from its
 last checkpoint. ``--collect-only`` only writes the table from what exists. Every run is `vlattn --threads 1 ...`,
@@ -37,6 +40,8 @@ VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config,
     "d100": ("CATT D#100", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 100) for d in BOTH]),
     "d200": ("CATT D#200", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 200) for d in BOTH]),
     "d1000": ("CATT D#1000", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 1000) for d in BOTH]),
+    "updown": ("Up-Down", "configs/updown-demo.yaml", []),
+    "updown_catt": ("Up-Down+CATT (D#1000)", "configs/updown-catt-demo.yaml", []),
 }
 COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red:circle")
 LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red:circle"}
@@ -93,16 +98,28 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.mean(known):.3f} ± {statistics.stdev(known):.3f}{note}"
 
 
+def driver_commands(evaluated: dict[str, list[int]], args: argparse.Namespace) -> list[str]:
+    """The driver calls that reproduce the table: one per set of seeds, naming the variants evaluated with exactly
+    those seeds (``evaluated``: variant -> seeds, in row order)."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for key, seeds in evaluated.items():
+        groups.setdefault(tuple(seeds), []).append(key)
+    return [" ".join(["benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs), "--epochs",
+                      str(args.epochs), "--seeds", *map(str, seeds), "--variants", *keys,
+                      *[x for s in args.set for x in ("--set", s)]]) for seeds, keys in groups.items()]
+
+
 def table(args: argparse.Namespace) -> str:
     """The results section (means ± sample standard deviations over the evaluated seeds)."""
     scenes = json.loads((args.data / "scenes.json").read_text())["images"]
     truth = {int(i["image_id"]): {(o["colour"], o["shape"]) for o in i["objects"]} for i in scenes}
-    rows, per_seed = [], []
+    rows, per_seed, evaluated = [], [], {}
     for key in args.variants:
         name, config, overrides = VARIANTS[key]
         seeds = [s for s in args.seeds if (args.runs / f"{key}-s{s}.eval.json").exists()]
         if not seeds:
             continue
+        evaluated[key] = seeds
         runs = {s: measures(args.runs / f"{key}-s{s}", json.loads((args.runs / f"{key}-s{s}.eval.json").read_text()),
                             truth) for s in seeds}
         rows.append(f"| {name} | {len(seeds)} | " + " | ".join(fmt([runs[s][c] for s in seeds]) for c in COLUMNS) + " |")
@@ -110,9 +127,7 @@ def table(args: argparse.Namespace) -> str:
     header = "| model | seeds | " + " | ".join(f"{c} {'↓' if c in LOWER_IS_BETTER else '↑'}" for c in COLUMNS) + " |"
     rule = "|---|---|" + "---|" * len(COLUMNS)
     commands = [f".venv/bin/vlattn --threads 1 data synth --out {args.data} --confound red:circle --confound-p 0.9",
-                " ".join(["benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs),
-                          "--epochs", str(args.epochs), "--seeds", *map(str, args.seeds), "--variants", *args.variants,
-                          *[x for s in args.set for x in ("--set", s)]])]
+                *driver_commands(evaluated, args)]
     return "\n".join([
         header, rule, *rows, "", "Per seed:", "", header.replace("| seeds |", "| seed |"), rule, *per_seed, "",
         "Commands:", "", "```", *commands, "```",
