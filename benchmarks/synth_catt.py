@@ -11,7 +11,8 @@ last checkpoint. ``--collect-only`` only writes the table from what exists. Ever
 one at a time.
 
 Extra columns: ``A@Attr circle`` is the accuracy of the colour words describing circles (the confounded shape);
-``red:circle`` the share of those colour words that say "red" (training: 0.90; test images: 0.086).
+``red:circle`` the share of those colour words that say "red" (training: 0.90; test images: 0.086); ``circle
+colours`` how many such words the test captions hold (what the two circle columns rest on).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config,
     "updown": ("Up-Down", "configs/updown-demo.yaml", []),
     "updown_catt": ("Up-Down+CATT (D#1000)", "configs/updown-catt-demo.yaml", []),
 }
-COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red:circle")
+COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red:circle", "circle colours")
 LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red:circle"}
+COUNTS = {"circle colours"}  # how many colour words the two circle columns rest on (no better/worse direction)
 
 
 def vlattn(*args: str) -> list[str]:
@@ -83,19 +85,20 @@ def measures(run: Path, report: dict, truth: dict[int, set[tuple[str, str]]]) ->
                  for colour, shape in read_caption(row["caption"], lexicon).attributes if shape == "circle"]
     values["A@Attr circle"] = sum(ok for _, ok in said) / len(said) if said else float("nan")
     values["red:circle"] = sum(colour == "red" for colour, _ in said) / len(said) if said else float("nan")
+    values["circle colours"] = len(said)
     return values
 
 
-def fmt(values: list[float]) -> str:
-    """Mean ± sample standard deviation of the seeds that have a value (NaN: no such word was generated); the
-    number of those seeds when some lack one."""
+def fmt(values: list[float], digits: int = 3) -> str:
+    """Mean ± sample standard deviation of the seeds that have a value (NaN: no such word was generated), with
+    ``digits`` decimals; the number of those seeds when some lack one."""
     known = [v for v in values if not math.isnan(v)]
     note = f" ({len(known)} seeds)" if len(known) < len(values) else ""
     if not known:
         return "n/a"
     if len(known) == 1:
-        return f"{known[0]:.3f}{note}"
-    return f"{statistics.mean(known):.3f} ± {statistics.stdev(known):.3f}{note}"
+        return f"{known[0]:.{digits}f}{note}"
+    return f"{statistics.mean(known):.{digits}f} ± {statistics.stdev(known):.{digits}f}{note}"
 
 
 def driver_commands(evaluated: dict[str, list[int]], args: argparse.Namespace) -> list[str]:
@@ -122,9 +125,12 @@ def table(args: argparse.Namespace) -> str:
         evaluated[key] = seeds
         runs = {s: measures(args.runs / f"{key}-s{s}", json.loads((args.runs / f"{key}-s{s}.eval.json").read_text()),
                             truth) for s in seeds}
-        rows.append(f"| {name} | {len(seeds)} | " + " | ".join(fmt([runs[s][c] for s in seeds]) for c in COLUMNS) + " |")
-        per_seed += [f"| {name} | {s} | " + " | ".join(f"{runs[s][c]:.3f}" for c in COLUMNS) + " |" for s in seeds]
-    header = "| model | seeds | " + " | ".join(f"{c} {'↓' if c in LOWER_IS_BETTER else '↑'}" for c in COLUMNS) + " |"
+        rows.append(f"| {name} | {len(seeds)} | " + " | ".join(fmt([runs[s][c] for s in seeds], 1 if c in COUNTS else 3)
+                                                              for c in COLUMNS) + " |")
+        per_seed += [f"| {name} | {s} | " + " | ".join(f"{runs[s][c]:{'.0f' if c in COUNTS else '.3f'}}" for c in COLUMNS)
+                     + " |" for s in seeds]
+    arrows = {c: "" if c in COUNTS else " ↓" if c in LOWER_IS_BETTER else " ↑" for c in COLUMNS}
+    header = "| model | seeds | " + " | ".join(f"{c}{arrows[c]}" for c in COLUMNS) + " |"
     rule = "|---|---|" + "---|" * len(COLUMNS)
     commands = [f".venv/bin/vlattn --threads 1 data synth --out {args.data} --confound red:circle --confound-p 0.9",
                 *driver_commands(evaluated, args)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -73,3 +74,19 @@ def test_commands_group_the_variants_by_their_seeds(driver) -> None:
         "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 2 3 --variants base catt --set eval.beam_size=3",
         "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 --variants d100 wo_init --set eval.beam_size=3",
     ]
+
+
+def test_circle_columns_count_the_colour_words_said_of_circles(driver, tmp_path: Path) -> None:
+    """Image 1 holds a blue circle and a white star, image 2 a red circle: three colour words describe circles
+    (red: wrong, blue: right, red: right), one a star."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    captions = [{"image_id": 1, "caption": "a large red circle and a big white star"},
+                {"image_id": 1, "caption": "one blue circle"}, {"image_id": 2, "caption": "a small red circle"}]
+    (run / "eval" / "test_predictions.json").write_text(json.dumps(captions))
+    truth = {1: {("blue", "circle"), ("white", "star")}, 2: {("red", "circle")}}
+    report = {"scores": {"CIDEr": 0.5, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}
+    values = driver.measures(run, report, truth)
+    assert values == {**report["scores"], "A@Attr circle": pytest.approx(2 / 3), "red:circle": pytest.approx(2 / 3),
+                      "circle colours": 3}
+    assert driver.fmt([3, 5, float("nan")], 1) == "4.0 ± 1.4 (2 seeds)"
