@@ -42,7 +42,7 @@ VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config,
     "d200": ("CATT D#200", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 200) for d in BOTH]),
     "d1000": ("CATT D#1000", "configs/catt-demo.yaml", [DICTIONARY.format(d, "size", 1000) for d in BOTH]),
     "updown": ("Up-Down", "configs/updown-demo.yaml", []),
-    "updown_catt": ("Up-Down+CATT (D#1000)", "configs/updown-catt-demo.yaml", []),
+    "updown_catt": ("Up-Down+CATT (D#100)", "configs/updown-catt-demo.yaml", []),
 }
 COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr circle", "red:circle", "circle colours")
 LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red:circle"}

@@ -63,7 +63,7 @@ def test_updown_variants_differ_only_at_the_top_down_site(driver) -> None:
     base_cfg, base = built(driver, "updown")
     catt_cfg, catt = built(driver, "updown_catt")
     assert type(base.attention) is AdditiveAttention and isinstance(catt.attention, AdditiveCausalAttention)
-    assert catt.attention.dictionary.entries.shape == (1000, 512) and catt.attention.cross_sample is not None
+    assert catt.attention.dictionary.entries.shape == (100, 512) and catt.attention.cross_sample is not None
     assert (base_cfg.train, base_cfg.data) == (catt_cfg.train, catt_cfg.data)
 
 

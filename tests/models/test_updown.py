@@ -182,8 +182,8 @@ def test_scst_trains_through_beam_search() -> None:
 
 
 def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
-    """configs/updown-catt-demo.yaml: configs/updown-demo.yaml except the top-down site (BUTD+CATT, 1000 entries);
-    the extra parameters are the dictionary (1000 x 512, no box channels), CS-ATT's own additive attention and the
+    """configs/updown-catt-demo.yaml: configs/updown-demo.yaml except the top-down site (BUTD+CATT, 100 entries);
+    the extra parameters are the dictionary (100 x 512, no box channels), CS-ATT's own additive attention and the
     language LSTM's input widened by one attended vector (517 channels)."""
     demo, catt = load_config("configs/updown-demo.yaml"), load_config("configs/updown-catt-demo.yaml")
     assert replace(catt.model, decoder_cross_attention=demo.model.decoder_cross_attention) == demo.model
@@ -192,7 +192,7 @@ def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
     base, model = build_captioner(demo.model, 40), build_captioner(catt.model, 40)
     regions, lstm = 512 + 5, 256
     additive = trainable(build_attention("additive", d_model=128, query_dim=lstm, key_dim=regions))
-    assert trainable(model) - trainable(base) == 1000 * 512 + additive + 4 * lstm * regions
+    assert trainable(model) - trainable(base) == 100 * 512 + additive + 4 * lstm * regions
 
 
 @pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml"])
