@@ -106,6 +106,22 @@ def test_prepare_fits_the_training_regions_reproducibly(region_store: Path) -> N
     assert fitted.meta["rows"] == 90 and fitted.meta["size"] == 5  # the 30 training images' 90 regions
 
 
+def test_zero_channels_stay_zero_and_kmeans_fits_the_raw_width(region_store: Path) -> None:
+    """A dictionary at a site whose keys carry 2 extra (box) channels: 4 learned channels, fitted by k-means over
+    the 4-d regions, and 2 channels that are zero in every entry and get no parameter."""
+    dictionary = GlobalDictionary(6, "image", DictionaryOptions(size=5, sample=1000), zero_channels=2)
+    assert dictionary.entries.shape == (5, 4)
+    with torch.no_grad():
+        dictionary.prepare(resources(region_store))
+    entries = dictionary()
+    assert entries.shape == (5, 6) and not entries[:, 4:].any()
+    assert matched(entries[:, :4].detach().numpy(), CENTRES).max() < 0.3
+    entries.sum().backward()
+    torch.testing.assert_close(dictionary.entries.grad, torch.ones(5, 4))
+    with pytest.raises(ValueError, match=r"zero_channels must lie in \[0, 6\), got 6"):
+        GlobalDictionary(6, "image", zero_channels=6)
+
+
 def test_prepare_checks_the_source(region_store: Path) -> None:
     with pytest.raises(ConfigError, match=r"image dictionary \(5 x 6\): k-means runs over the 4-d training regions"):
         GlobalDictionary(6, "image", DictionaryOptions(size=5)).prepare(resources(region_store))

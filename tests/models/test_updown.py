@@ -5,12 +5,14 @@ compute-once cache, SCST through it, and the presets."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, model_inputs, tiny_inputs, tiny_model_config
 from torch import nn
 
-from vlattn.attention import StaticKVCache
+from vlattn.attention import StaticKVCache, build_attention
 from vlattn.attention.catt import AdditiveCausalAttention
 from vlattn.config import Spec, config_from_dict, load_config
 from vlattn.decoding import beam_search, greedy_decode
@@ -93,6 +95,29 @@ def test_box_input_and_tied_output() -> None:
                               model(model_inputs(inputs), inputs["tokens"]))
 
 
+@pytest.mark.parametrize(("variant", "zero_channels"), [("paper", 5), ("self_critical", 0)])
+def test_catt_dictionary_with_box_input(variant: str, zero_channels: int) -> None:
+    """BUTD+CATT with box channels: over the raw regions (paper) the image dictionary keeps the feature width and
+    zero box channels, so k-means can fit it over the training regions; over the embedded regions (self_critical)
+    the site's keys have no box channels and the entries their full width. The boxes reach IS-ATT only."""
+    site = Spec("catt_additive", {"dictionary": {"size": 4}})
+    model = updown(box_input=True, decoder_cross_attention=site,
+                   options={"variant": variant, "embed_dim": 10, "attention_dim": 8})
+    dictionary = model.attention.dictionary
+    key_dim = FEATURE_DIM + 5 if variant == "paper" else 16
+    assert dictionary.zero_channels == zero_channels
+    assert dictionary.entries.shape == (4, key_dim - zero_channels) and dictionary().shape == (4, key_dim)
+    assert not dictionary()[:, key_dim - zero_channels:].any()
+    assert model.language_lstm.input_size == 2 * key_dim + 16  # [Z^; X^; h^1]
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        logits = model(model_inputs(inputs), inputs["tokens"])
+        state = model.encode(model_inputs(inputs))
+        for t in range(inputs["tokens"].shape[1]):
+            log_probs, state = model.step(inputs["tokens"][:, : t + 1], state)
+            torch.testing.assert_close(log_probs, logits[:, t].log_softmax(-1))
+
+
 @pytest.mark.parametrize(
     ("variant", "overrides", "attention", "words"),
     [
@@ -158,6 +183,20 @@ def test_scst_trains_through_beam_search() -> None:
 
 
 REDUCED = ["model.d_model=32", f"model.feature_dim={FEATURE_DIM}", "model.options.embed_dim=16", "model.options.attention_dim=8"]
+
+
+def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
+    """configs/updown-catt-demo.yaml: configs/updown-demo.yaml except the top-down site (BUTD+CATT, 100 entries);
+    the extra parameters are the dictionary (100 x 512, no box channels), CS-ATT's own additive attention and the
+    language LSTM's input widened by one attended vector (517 channels)."""
+    demo, catt = load_config("configs/updown-demo.yaml"), load_config("configs/updown-catt-demo.yaml")
+    assert replace(catt.model, decoder_cross_attention=demo.model.decoder_cross_attention) == demo.model
+    assert (catt.data, catt.train, catt.eval) == (demo.data, demo.train, demo.eval)
+    assert catt.model.decoder_cross_attention.name == "catt_additive"
+    base, model = build_captioner(demo.model, 40), build_captioner(catt.model, 40)
+    regions, lstm = 512 + 5, 256
+    additive = trainable(build_attention("additive", d_model=128, query_dim=lstm, key_dim=regions))
+    assert trainable(model) - trainable(base) == 100 * 512 + additive + 4 * lstm * regions
 
 
 @pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml", "configs/updown-catt.yaml"])

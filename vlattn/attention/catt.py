@@ -100,6 +100,15 @@ class CausalAttention(nn.Module):
         """The site's ``cache`` with room for the dictionary's projections (:func:`~vlattn.attention.cache.site_cache`)."""
         return CausalKVCache(cache)
 
+    def zero_key_channels(self, count: int) -> None:
+        """Declare the last ``count`` channels of the site's keys non-features (``model.box_input``'s box channels,
+        appended by a model whose site attends the raw regions, e.g. Up-Down's top-down site): the dictionary
+        entries get ``count`` fixed zero channels (as Transformer+CATT's image dictionary does) and an image
+        dictionary's k-means runs over the raw feature width. Call at build time, before ``prepare``."""
+        dictionary = self.dictionary
+        self.dictionary = GlobalDictionary(dictionary.entries.shape[1] + dictionary.zero_channels, dictionary.source,
+                                           dictionary.options, zero_channels=count)
+
     @property
     def cross_sample_attention(self) -> nn.Module:
         """The module of CS-ATT: IS-ATT's own when shared."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from vlattn.catt.files import read_dictionary, resolve_dictionary_path
 from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
@@ -95,23 +96,32 @@ def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources
 
 
 class GlobalDictionary(nn.Module):
-    """``size`` x ``dim`` learned entries; ``forward()`` -> (K, dim). ``source`` (``image``/``word``) is the data
-    that k-means runs over."""
+    """``size`` x ``dim`` entries; ``forward()`` -> (K, dim). ``source`` (``image``/``word``) is the data that
+    k-means runs over. The last ``zero_channels`` of the ``dim`` channels are not learned and stay zero: an image
+    dictionary at a site whose keys are the regions with ``model.box_input``'s box channels appended (Up-Down's
+    top-down site) has entries of the raw feature width, which come from no place in the image."""
 
     no_weight_decay: ClassVar[tuple[str, ...]] = ("entries",)
 
-    def __init__(self, dim: int, source: Source, options: DictionaryOptions | None = None) -> None:
+    def __init__(self, dim: int, source: Source, options: DictionaryOptions | None = None,
+                 zero_channels: int = 0) -> None:
         super().__init__()
+        if not 0 <= zero_channels < dim:
+            raise ValueError(f"zero_channels must lie in [0, {dim}), got {zero_channels}")
         self.options = options or DictionaryOptions()
         self.source = source
-        self.entries = nn.Parameter(torch.rand(self.options.size, dim) * RANDOM_SCALE)  # (K, D)
+        self.zero_channels = zero_channels
+        self.entries = nn.Parameter(torch.rand(self.options.size, dim - zero_channels) * RANDOM_SCALE)  # (K, D - z)
 
     def extra_repr(self) -> str:
-        return f"{self.source}, size={self.options.size}, dim={self.entries.shape[1]}, init={self.options.init!r}"
+        zeros = f", zero_channels={self.zero_channels}" if self.zero_channels else ""
+        return (f"{self.source}, size={self.options.size}, dim={self.entries.shape[1]}{zeros}, "
+                f"init={self.options.init!r}")
 
     def forward(self) -> Tensor:
-        """The entries (K, D): the parameter while autograd records, a detached alias of it (no copy) when it does
-        not (``torch.no_grad``/``inference_mode``: decoding, answering, profiling).
+        """The entries (K, D), the last ``zero_channels`` of them zero: built on the parameter while autograd
+        records, on a detached alias of it (no copy) when it does not (``torch.no_grad``/``inference_mode``:
+        decoding, answering, profiling).
 
         Every user reshapes the entries into a batch of one (``[None]``) or of one-word sequences before handing
         them to a layer. A view of a parameter made with recording off still reports ``requires_grad=True`` but
@@ -119,7 +129,8 @@ class GlobalDictionary(nn.Module):
         such a tensor (torch's ``ModuleTracker`` under ``FlopCounterMode``: "Expected gradient function to be
         set", which broke ``vlattn profile`` on every CATT model). Detached, the view is the constant that
         no-grad mode means."""
-        return self.entries if torch.is_grad_enabled() else self.entries.detach()
+        entries = self.entries if torch.is_grad_enabled() else self.entries.detach()
+        return F.pad(entries, (0, self.zero_channels)) if self.zero_channels else entries
 
     def prepare(self, resources: PrepareResources) -> None:
         """Initialise the entries from the data (``kmeans``) or a dictionary file (``file``); ``random`` keeps the

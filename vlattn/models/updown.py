@@ -60,6 +60,7 @@ from torch import Tensor, nn
 from vlattn.attention import (
     AttentionContext,
     AttentionDims,
+    CausalAttention,
     KeyValueSource,
     Site,
     StaticKVCache,
@@ -277,10 +278,13 @@ VARIANTS: dict[str, Callable[[int, int, float, float | None], VariantParts]] = {
 }
 
 
-def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key_dim: int) -> nn.Module:
+def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key_dim: int,
+                       box_channels: int = 0) -> nn.Module:
     """The mechanism of ``model.decoder_cross_attention`` at the top-down site (queries: the attention LSTM's
-    h^1 (``query_dim``), keys and values: the regions (``key_dim``)); refused with a ``ConfigError`` unless it
-    takes queries of another size than its keys and its capabilities allow a cross site with box geometry."""
+    h^1 (``query_dim``), keys and values: the regions (``key_dim``), whose last ``box_channels`` are
+    ``model.box_input``'s box channels: a mechanism with a global dictionary (BUTD+CATT) is told, so its entries
+    keep the raw feature width and zero box channels); refused with a ``ConfigError`` unless it takes queries of
+    another size than its keys and its capabilities allow a cross site with box geometry."""
     spec, where = getattr(cfg, TOP_DOWN_SITE), f"model.{TOP_DOWN_SITE}"
     if not attention_class(spec.name, where).capabilities.query_dim_differs:
         raise ConfigError(
@@ -289,10 +293,13 @@ def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key
         )
     dims = AttentionDims(attention_dim, cfg.num_heads, first_set(cfg.attention_dropout, 0.0), query_dim, key_dim)
     check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True)
-    return build_attention(
+    attention = build_attention(
         spec.name, d_model=attention_dim, num_heads=cfg.num_heads, dropout=dims.dropout, query_dim=query_dim,
         key_dim=key_dim, options=spec.options, where=where,
     )
+    if box_channels and isinstance(attention, CausalAttention):
+        attention.zero_key_channels(box_channels)
+    return attention
 
 
 def build_updown(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> UpDownCaptioner:
@@ -310,7 +317,9 @@ def build_updown(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> UpDownCa
     parts = VARIANTS[options.variant](feature_dim, hidden, cfg.dropout, cfg.embedding_dropout)
     embed = nn.Embedding(vocab_size, options.embed_dim, padding_idx=pad_id)
     attention_lstm = nn.LSTMCell(hidden + parts.pooled_dim + options.embed_dim, hidden)
-    attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim)
+    raw_regions = options.variant == "paper"  # self_critical attends embedded regions: no box channels at the site
+    box_channels = BOX_CHANNELS if cfg.box_input and raw_regions else 0
+    attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim, box_channels)
     language_lstm = nn.LSTMCell(attention.out_dim + hidden, hidden)
     output = nn.Linear(hidden, vocab_size, bias=cfg.output_bias)
     if cfg.tie_embeddings:

@@ -1,0 +1,92 @@
+"""The bias benchmark's driver (benchmarks/synth_catt.py): every variant's preset and overrides build the model the
+row names, and the reproduce commands name each variant with exactly the seeds it was evaluated with."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlattn.attention import AdditiveAttention, AdditiveCausalAttention
+from vlattn.config import load_config
+from vlattn.models import build_captioner
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("synth_catt")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def built(driver, key: str):
+    _, config, overrides = driver.VARIANTS[key]
+    cfg = load_config(config, overrides)
+    return cfg, build_captioner(cfg.model, 30)
+
+
+# variant -> (model kind, image entries, word entries, share, dictionary init); None: no such dictionary
+EXPECTED = {
+    "base": ("transformer", None, None, None, None),
+    "catt": ("catt", 500, 500, True, "kmeans"),
+    "wo_init": ("catt", 500, 500, True, "random"),
+    "wo_share": ("catt", 500, 500, False, "kmeans"),
+    "d100": ("catt", 100, 100, True, "kmeans"),
+    "d200": ("catt", 200, 200, True, "kmeans"),
+    "d1000": ("catt", 1000, 1000, True, "kmeans"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(EXPECTED))
+def test_transformer_variants_build_what_their_rows_name(driver, key: str) -> None:
+    kind, image, word, share, init = EXPECTED[key]
+    cfg, model = built(driver, key)
+    assert cfg.model.kind == kind and (cfg.model.d_model, cfg.model.encoder_layers) == (128, 2)
+    if image is None:
+        assert not any(name.endswith("dictionary.entries") for name, _ in model.named_parameters())
+        return
+    assert model.encoder.dictionary.entries.shape == (image, 512)  # the synthetic features, no box channels
+    assert model.decoder.dictionary.entries.shape == (word, 128)
+    assert cfg.model.options["share"] is share
+    assert {cfg.model.options[d]["init"] for d in ("image_dictionary", "word_dictionary")} == {init}
+
+
+def test_updown_variants_differ_only_at_the_top_down_site(driver) -> None:
+    base_cfg, base = built(driver, "updown")
+    catt_cfg, catt = built(driver, "updown_catt")
+    assert type(base.attention) is AdditiveAttention and isinstance(catt.attention, AdditiveCausalAttention)
+    assert catt.attention.dictionary.entries.shape == (100, 512) and catt.attention.cross_sample is not None
+    assert (base_cfg.train, base_cfg.data) == (catt_cfg.train, catt_cfg.data)
+
+
+def test_commands_group_the_variants_by_their_seeds(driver) -> None:
+    args = argparse.Namespace(data=Path("d"), runs=Path("r"), epochs=6, set=["eval.beam_size=3"])
+    commands = driver.driver_commands({"base": [1, 2, 3], "catt": [1, 2, 3], "d100": [1], "wo_init": [1]}, args)
+    assert commands == [
+        "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 2 3 --variants base catt --set eval.beam_size=3",
+        "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 --variants d100 wo_init --set eval.beam_size=3",
+    ]
+
+
+def test_circle_columns_count_the_colour_words_said_of_circles(driver, tmp_path: Path) -> None:
+    """Image 1 holds a blue circle and a white star, image 2 a red circle: three colour words describe circles
+    (red: wrong, blue: right, red: right), one a star."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    captions = [{"image_id": 1, "caption": "a large red circle and a big white star"},
+                {"image_id": 1, "caption": "one blue circle"}, {"image_id": 2, "caption": "a small red circle"}]
+    (run / "eval" / "test_predictions.json").write_text(json.dumps(captions))
+    truth = {1: {("blue", "circle"), ("white", "star")}, 2: {("red", "circle")}}
+    report = {"scores": {"CIDEr": 0.5, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}
+    values = driver.measures(run, report, truth)
+    assert values == {**report["scores"], "A@Attr circle": pytest.approx(2 / 3), "red:circle": pytest.approx(2 / 3),
+                      "circle colours": 3}
+    assert driver.fmt([3, 5, float("nan")], 1) == "4.0 ± 1.4 (2 seeds)"
