@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ import torch.nn.functional as F
 from m2_released import random_released_state, released_beam_search
 from typer.testing import CliRunner
 
+import vlattn.importers as importers
 from vlattn.cli import app
 from vlattn.config import load_config
 from vlattn.data.features import RegionFeatures
@@ -241,4 +245,34 @@ def test_import_refuses_a_used_directory_and_leaves_nothing_on_error(tmp_path: P
     empty.mkdir()
     import_checkpoint("m2-official", source, vocab, empty, heads=HEADS)  # an empty directory is used
     assert (empty / "checkpoints" / "best" / "model.safetensors").is_file()
-    assert not any(p.name.endswith("import-tmp") for p in tmp_path.iterdir())
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_import_removes_only_its_own_kind_of_leftover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed import's temporary (vlattn's name, dead writer) is removed by the next import of that run
+    directory; a user's directories with similar names, and a live process's temporary, stay intact; a failed
+    import removes its own temporary and creates nothing."""
+    source = train_py_file(tmp_path / "m2.pth", state())
+    vocab = word_list(tmp_path / "vocab.txt")
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+    dead = int(finished.stdout)  # a process id whose process has exited
+    killed = tmp_path / f".run.{dead}.abcd1234.tmp"
+    (killed / "checkpoints").mkdir(parents=True)
+    users = [tmp_path / ".run.import-tmp", tmp_path / ".run.backup.tmp", tmp_path / f".run.{os.getpid()}.zzzz9999.tmp"]
+    for mine in users:
+        mine.mkdir()
+        (mine / "notes.txt").write_text("mine")
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(importers, "save_config", failing)
+    with pytest.raises(OSError, match="disk full"):
+        import_checkpoint("m2-official", source, vocab, tmp_path / "run", heads=HEADS)
+    assert not killed.exists() and not (tmp_path / "run").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".run")) == sorted(u.name for u in users)
+    monkeypatch.undo()
+    import_checkpoint("m2-official", source, vocab, tmp_path / "run", heads=HEADS)
+    assert (tmp_path / "run" / "import.json").is_file()
+    assert all((mine / "notes.txt").read_text() == "mine" for mine in users)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from vlattn.data.features import RegionFeatures, write_m2_hdf5, write_memmap, write_npz_dir
-from vlattn.io import atomic_write_text, umask
+import vlattn.io
+from vlattn.io import atomic_write_text, make_temporary_dir, replace_dir, swap_partner, umask
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o077])
@@ -48,3 +49,27 @@ def test_feature_stores_use_the_umask(tmp_path: Path, mask: int) -> None:
         assert mode(directory) == 0o777 & ~mask
         assert {mode(file) for file in directory.iterdir()} == {0o666 & ~mask}
     assert mode(tmp_path / "f.h5") == 0o666 & ~mask
+
+
+def test_replace_dir_puts_the_old_directory_back_when_the_second_rename_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store"
+    path.mkdir()
+    (path / "a").write_text("old")
+    tmp = make_temporary_dir(path)
+    (tmp / "a").write_text("new")
+    real, calls = os.replace, []
+
+    def failing_second(src: object, dst: object) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("EXDEV")
+        real(src, dst)
+
+    monkeypatch.setattr(vlattn.io.os, "replace", failing_second)
+    with pytest.raises(OSError, match="EXDEV"):
+        replace_dir(tmp, path)
+    monkeypatch.undo()
+    assert (path / "a").read_text() == "old" and (tmp / "a").read_text() == "new"
+    assert not swap_partner(tmp).exists()

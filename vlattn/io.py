@@ -124,12 +124,18 @@ def replace_dir(tmp: Path, path: Path) -> None:
 
     A crash leaves ``path`` either old or new: if it hits between the two renames, ``path`` is missing and both
     ``tmp`` and its partner are there — a ``.old`` exists only once ``tmp`` is complete, so ``tmp`` can be
-    renamed into place (:func:`recover_swap`).
+    renamed into place (:func:`recover_swap`, :func:`finish_interrupted_swap`). An error raised by the second
+    rename itself puts the old directory back before it propagates.
     """
     old = swap_partner(tmp)
     if path.exists():
         os.replace(path, old)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if old.exists() and not path.exists():
+            os.replace(old, path)  # the second rename failed in this process: put the replaced directory back
+        raise
     if old.exists():
         shutil.rmtree(old)
 
@@ -146,6 +152,14 @@ def recover_swap(path: Path, leftovers: list[Path]) -> Path | None:
             os.replace(entry, path)
             return entry
     return None
+
+
+def finish_interrupted_swap(path: str | Path) -> Path | None:
+    """If a :func:`replace_dir` of ``path`` was killed between its renames (``path`` missing, the dead writer's
+    complete ``.tmp`` and its ``.old`` partner beside it), rename the ``.tmp`` into place; the ``.old`` stays for
+    the next writer's :func:`remove_stale_temporaries`. Called by every reader and writer of directory stores
+    and data sets, so the new directory is never lost. Returns the ``.tmp`` used, or None."""
+    return recover_swap(Path(path), stale_temporaries(path))
 
 
 def finish_files(directory: Path) -> None:

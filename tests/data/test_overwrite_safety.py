@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from vlattn.data.features import MemmapStore, RegionFeatures, write_m2_hdf5, write_memmap
+from vlattn.data.features import MemmapStore, NpzDirStore, RegionFeatures, write_m2_hdf5, write_memmap
 from vlattn.data.features.storage import MARKER
 from vlattn.data.synth import generate
 
@@ -178,3 +178,44 @@ def test_a_writer_killed_before_its_swap_leaves_a_leftover_the_next_run_removes(
     assert code == 0, err
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
     assert (out / MARKER).is_file()
+
+
+@pytest.mark.parametrize("command", ["synth", "convert"])
+def test_a_writer_killed_between_its_swap_renames_loses_nothing(
+    command: str, tmp_path: Path, source: Path, vlattn_cli
+) -> None:
+    """``--overwrite`` killed (SIGKILL) after moving the old directory aside and before renaming the new one into
+    place: the destination is missing and the dead writer's complete ``.tmp`` and ``.old`` are beside it. The next
+    reader (``open_store`` / the captioning data loader) finishes the swap: the new directory is in place; the next
+    writer removes the ``.old``."""
+    from tests.training.subproc import Child
+    from vlattn.config import DataConfig
+    from vlattn.data.features import open_store
+    from vlattn.tasks.captioning import load_caption_data
+
+    out = tmp_path / "out"
+    args = {"synth": ["data", "synth", "--out", str(out), "--images", "12", "--val", "2", "--test", "2",
+                      "--feature-dim", "8", "--epochs", "1"],
+            "convert": ["data", "convert", "--from", str(source), "--to", str(out), "--format", "npz-dir"]}[command]
+    if command == "synth":
+        generate(out, **TINY)
+    else:
+        write_memmap(out, regions(1))  # a different store, replaced below
+    # synth: swap 1 is the feature store inside the new set (nothing to move aside), swap 2 the set itself
+    child = Child(tmp_path, f"storeswap:{2 if command == 'synth' else 1}", *args, "--overwrite")
+    pid = child.wait_ready()
+    child.kill()
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out."))
+    assert not out.exists() and [name[-4:] for name in leftovers] == [".old", ".tmp"]
+    assert all(name.startswith(f".out.{pid}.") for name in leftovers)
+    if command == "synth":
+        data = load_caption_data(DataConfig(root=str(out)))
+        assert len(data.entries["test"]) == 2 and (out / MARKER).is_file()
+    else:
+        store = open_store(out)
+        assert isinstance(store, NpzDirStore) and store.ids() == [0, 1, 2]
+        assert np.allclose(store.get(0).features, regions(0)[0][1].features, atol=1e-3)  # the new store's, not regions(1)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == [leftovers[0]]  # the .old
+    code, _, err = vlattn_cli(*args, "--overwrite")
+    assert code == 0, err
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]

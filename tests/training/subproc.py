@@ -12,7 +12,9 @@ send it real signals.
 - ``checkpoint:N``      waits forever inside the N-th checkpoint write (the weights written, the rest not);
 - ``swap:N``            waits forever between the two renames that swap the N-th checkpoint into place;
 - ``store:N``           waits forever before the N-th swap of a complete feature store or synthetic set
-                        (``data convert``, ``data synth``) into place.
+                        (``data convert``, ``data synth``) into place;
+- ``storeswap:N``       waits forever between the two renames of that N-th swap (the replaced directory
+                        moved aside, the new one not yet in place).
 
 ``--rank R``: under torchrun only rank R stops (the other ranks run on).
 """
@@ -81,9 +83,24 @@ def on_call(owner: Any, name: str, number: int, action: Callable[[], None]) -> N
     setattr(owner, name, wrapped)
 
 
+def between_renames(owner: Any, number: int, file: Path) -> None:
+    """Stop the ``number``-th ``owner.replace_dir`` call between its two renames (the old directory moved aside,
+    the new one not yet in place)."""
+    import vlattn.io
+
+    real_replace_dir, calls = vlattn.io.replace_dir, {"n": 0}
+
+    def replace_dir(tmp: Path, path: Path) -> None:
+        calls["n"] += 1
+        if calls["n"] == number:
+            on_call(vlattn.io.os, "replace", 2, lambda: (ready(file), wait_forever()))
+        real_replace_dir(tmp, path)
+
+    owner.replace_dir = replace_dir
+
+
 def install(hook: str, file: Path) -> None:
     import vlattn.data.features.storage as storage
-    import vlattn.io
     import vlattn.training.checkpoint as checkpoint
     from vlattn.training.loop import Trainer
 
@@ -106,16 +123,9 @@ def install(hook: str, file: Path) -> None:
         # ``checkpoint.save_config`` is called by checkpoint writes only (run directories import vlattn.config's)
         on_call(checkpoint, "save_config", number, lambda: (ready(file), wait_forever()))
     elif kind == "swap":
-        real_replace_dir = vlattn.io.replace_dir
-        calls = {"n": 0}
-
-        def replace_dir(tmp: Path, path: Path) -> None:
-            calls["n"] += 1
-            if calls["n"] == number:
-                on_call(vlattn.io.os, "replace", 2, lambda: (ready(file), wait_forever()))
-            real_replace_dir(tmp, path)
-
-        checkpoint.replace_dir = replace_dir
+        between_renames(checkpoint, number, file)
+    elif kind == "storeswap":
+        between_renames(storage, number, file)
     elif kind == "store":
         on_call(storage, "replace_dir", number, lambda: (ready(file), wait_forever()))
     else:

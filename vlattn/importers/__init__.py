@@ -9,8 +9,11 @@ caption`` and ``vlattn train --stage scst --init`` use::
     RUN_DIR/vocab-words.json    the vocabulary (as in a trained run directory)
     RUN_DIR/import.json         provenance: format, source files and their SHA-256, the inferred layout
 
-The directory is assembled next to ``RUN_DIR`` and renamed into place only when complete; an existing,
-non-empty ``RUN_DIR`` is refused (nothing is overwritten).
+The directory is assembled next to ``RUN_DIR`` under a vlattn temporary name (``.RUN_DIR.<pid>.<random>.tmp``,
+:func:`vlattn.io.make_temporary_dir`) and renamed into place only when complete; an existing, non-empty ``RUN_DIR``
+is refused (nothing is overwritten). A failed import removes its own temporary; one left by a killed import (its
+process is gone) is removed by the next import of the same ``RUN_DIR`` — only names of that pattern, never a
+directory vlattn did not write.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from vlattn.config import Config, lookup, save_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 from vlattn.importers.m2_official import Imported, read_released
-from vlattn.io import atomic_write_text
+from vlattn.io import atomic_write_text, make_temporary_dir, remove_stale_temporaries
 from vlattn.models import build_captioner
 from vlattn.training.checkpoint import save_checkpoint, save_vocabularies
 
@@ -66,15 +69,18 @@ def import_checkpoint(
         "tensors": len(imported.state),
         "dropped_runtime_buffers": imported.dropped,
     }
-    staging = out.with_name(f".{out.name}.import-tmp")
-    if staging.exists():
-        shutil.rmtree(staging)  # a previous import of this name that did not finish
-    vocabularies = {"words": imported.vocab}
-    save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
-    save_config(imported.config, staging / "config.yaml")
-    save_vocabularies(staging, vocabularies)
-    atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
-    if out.exists():
-        out.rmdir()  # empty (checked above)
-    staging.rename(out)
+    remove_stale_temporaries(out)  # left by an import of this name that was killed
+    staging = make_temporary_dir(out)
+    try:
+        vocabularies = {"words": imported.vocab}
+        save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
+        save_config(imported.config, staging / "config.yaml")
+        save_vocabularies(staging, vocabularies)
+        atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        staging.rename(out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)  # this call's own temporary, not renamed: the import failed
     return record

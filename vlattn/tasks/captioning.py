@@ -43,7 +43,7 @@ from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import atomic_write_text
+from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.models import build_captioner, check_model_config
@@ -120,6 +120,7 @@ class CaptionData:
 def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> CaptionData:
     """Read the Karpathy file and feature store under ``cfg.root``; build the vocabulary unless given."""
     root = Path(cfg.root)
+    finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
     entries = load_karpathy(root / cfg.karpathy)
     by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
     if vocab is None:

@@ -58,7 +58,7 @@ from vlattn.data.vqa import (
     question_tokens,
 )
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import atomic_write_text
+from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import (
@@ -184,6 +184,7 @@ def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
 def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
     """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
     root = Path(cfg.root)
+    finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
     data = VQAData(root, cfg, words or Vocabulary([]), answers or AnswerVocabulary([]), open_store(root / cfg.features))
     if words is None or answers is None:
         data.words, data.answers = build_vocabularies(data)

@@ -25,6 +25,7 @@ from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self
 from vlattn.data.features.storage import check_store_destination
 from vlattn.data.features.tsv import TSVStore, looks_like_tsv, shard_files
 from vlattn.errors import DataError
+from vlattn.io import finish_interrupted_swap
 
 __all__ = [
     "BOX_UNITS",
@@ -113,6 +114,7 @@ def open_store(
     ``x`` arrays; ``box_units`` and ``image_sizes`` apply to self-critical stores (:mod:`.selfcritical`).
     """
     path = Path(path)
+    finish_interrupted_swap(path)  # a `vlattn data convert --overwrite` killed between its renames
     layout = detect_layout(path)
     if layout != "npz-dir" and orientation is not None:
         raise DataError(f"orientation applies to npz directories, not to a {layout} store", path=path)

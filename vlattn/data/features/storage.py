@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Callable, Collection, Generic, Iterable, Iterator, TypeVar
 
 from vlattn.errors import DataError
-from vlattn.io import MARKER, make_temporary_dir, marker_kind, remove_stale_temporaries, replace_dir, write_marker
+from vlattn.io import (
+    MARKER,
+    finish_interrupted_swap,
+    make_temporary_dir,
+    marker_kind,
+    remove_stale_temporaries,
+    replace_dir,
+    write_marker,
+)
 
 T = TypeVar("T")
 
@@ -79,8 +87,11 @@ def atomic_dir(
     An existing ``path`` is replaced only with ``overwrite`` and only if it is a directory vlattn wrote as one
     of ``replaces`` holding nothing else (:func:`check_replaceable`; ``what`` names them in the error); it is
     moved aside, replaced and then deleted. If the body raises, the temporary directory is removed and an
-    existing ``path`` is untouched. Leftovers of killed earlier writers of ``path`` are removed first.
+    existing ``path`` is untouched. A swap a killed writer left between its renames is finished first (so an
+    existing ``path`` is the one it completed, :func:`vlattn.io.finish_interrupted_swap`); other leftovers of
+    killed earlier writers of ``path`` are removed.
     """
+    finish_interrupted_swap(path)
     path = check_destination(path, overwrite, lambda p: check_replaceable(p, replaces, what))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
