@@ -12,8 +12,11 @@ M2 of configs/m2.yaml, each side with its own tree's presets and defaults — an
   comparison is the model side's (benchmarks/bench_roofline.py times the CIDEr-D reward);
 - XE step: train mode, 20 tokens, cross-entropy (``xe_objective``), backward, Adam.
 
+Adam is each side's ``build_optimizer`` (the train stages' optimiser: fused since issue 17's last change).
+
 One torch thread per worker; every round runs each (run, model) on both sides in alternating order; medians and
-the median of the per-round before/after ratios. The beam searches' tokens and scores of both sides are compared.
+the median of the per-round before/after ratios. The beam searches' tokens and scores of both sides are compared,
+and the training runs' losses (in eval mode, so without dropout, before any update).
 
     .venv/bin/python benchmarks/bench_decoder_speed.py [--baseline REV] [--only "beam search"] [--repeats 5]
         [--no-write] [--quick]
@@ -52,6 +55,7 @@ def worker(root: Path, quick: bool, only: str | None) -> None:
     from vlattn.decoding import beam_search
     from vlattn.models import build_captioner
     from vlattn.models.profile import random_batch
+    from vlattn.training.optim import build_optimizer
     from vlattn.training.scst import scst_objective
     from vlattn.training.xe import xe_objective
 
@@ -74,10 +78,13 @@ def worker(root: Path, quick: bool, only: str | None) -> None:
         "M2": load_config(root / "configs/m2.yaml"),
     }
     runs: dict[str, Callable[[], Any]] = {}
+    losses: dict[str, Callable[[], float]] = {}  # eval-mode loss of each training run, before any update
     for name, cfg in configs.items():
         torch.manual_seed(0)
         model = build_captioner(cfg.model, VOCAB, pad_id=Vocabulary.PAD)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+        optimizer = build_optimizer(model, (0.9, 0.999))  # the side's own optimiser, as its train stages build it
+        for group in optimizer.param_groups:
+            group["lr"] = 1e-6
 
         def beam(model=model) -> Any:
             model.eval()
@@ -91,16 +98,23 @@ def worker(root: Path, quick: bool, only: str | None) -> None:
             loss.backward()
             optimizer.step()
 
+        def eval_loss(objective, model=model) -> float:
+            model.eval()  # no dropout: both sides compute the same function of the same weights
+            with torch.no_grad():
+                return float(objective(model, batch)[0])
+
         runs[f"beam search|{name}"] = beam
         for run, objective in objectives.items():
             runs[f"{run}|{name}"] = lambda train=train, objective=objective: train(objective)
+            losses[f"{run}|{name}"] = lambda eval_loss=eval_loss, objective=objective: eval_loss(objective)
     runs = {key: run for key, run in runs.items() if only is None or key.startswith(only)}
     outputs = {key: runs[key]() for key in runs if key.startswith("beam")}  # before any update; also a warm-up
+    loss_values = {key: losses[key]() for key in runs if key in losses}  # before any update
     for key, run in runs.items():
         if not key.startswith("beam"):
             run()  # warm-up
-    print(json.dumps({key: {"tokens": out.tokens.tolist(), "scores": out.scores.tolist()} for key, out in outputs.items()}),
-          flush=True)
+    beams = {key: {"tokens": out.tokens.tolist(), "scores": out.scores.tolist()} for key, out in outputs.items()}
+    print(json.dumps({"beams": beams, "losses": loss_values}), flush=True)
     for line in sys.stdin:
         start = time.perf_counter()
         runs[line.strip()]()
@@ -119,7 +133,7 @@ class Side:
                    *(["--only", only] if only else [])]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                         cwd=str(root))
-        self.beams = json.loads(self.process.stdout.readline())
+        self.outputs = json.loads(self.process.stdout.readline())  # beams' tokens/scores, eval-mode losses
 
     def time(self, key: str) -> float:
         self.process.stdin.write(key + "\n")
@@ -143,13 +157,15 @@ def extract(revision: str, into: Path) -> Path:
     return into
 
 
-def compare_beams(before: dict, after: dict) -> str:
-    """Identical tokens? Largest score difference, per model."""
+def compare_outputs(before: dict, after: dict) -> str:
+    """Per beam search: identical tokens? largest score difference; per training run: the eval-mode losses."""
     parts = []
-    for key in before:
-        same = before[key]["tokens"] == after[key]["tokens"]
-        diff = max(abs(a - b) for ra, rb in zip(before[key]["scores"], after[key]["scores"]) for a, b in zip(ra, rb))
-        parts.append(f"{key.split('|')[1]}: tokens identical {same}, largest score difference {diff:.1e}")
+    for key, beams in before["beams"].items():
+        same = beams["tokens"] == after["beams"][key]["tokens"]
+        diff = max(abs(a - b) for ra, rb in zip(beams["scores"], after["beams"][key]["scores"]) for a, b in zip(ra, rb))
+        parts.append(f"beam search {key.split('|')[1]}: tokens identical {same}, largest score difference {diff:.1e}")
+    for key, loss in before["losses"].items():
+        parts.append(f"{key.replace('|', ' ')} loss (eval mode) {loss:.6f} before, {after['losses'][key]:.6f} after")
     return "; ".join(parts)
 
 
@@ -182,7 +198,7 @@ def main() -> None:
                 order = ("before", "after") if (round_ + i) % 2 == 0 else ("after", "before")
                 for side in order:
                     times[side].setdefault(key, []).append(sides[side].time(key))
-        beams = compare_beams(sides["before"].beams, sides["after"].beams)
+        compared = compare_outputs(sides["before"].outputs, sides["after"].outputs)
         for side in sides.values():
             side.close()
     rows = []
@@ -197,13 +213,14 @@ def main() -> None:
 Batch {BATCH if not args.quick else 2}, {REGIONS} regions x {FEATURES}-d, vocabulary {VOCAB}; Transformer = configs/transformer.yaml
 at 3+3 layers, M2 = configs/m2.yaml, each side with its own presets (after: no attention-weight or embedding dropout
 by default). Beam search: beam {BEAM}, {LENGTH} steps, eval mode; SCST step: beam {BEAM} with gradients, a fixed
-token-count reward, mean baseline, backward, Adam; XE step: {LENGTH} tokens, backward, Adam.
+token-count reward, mean baseline, backward, Adam; XE step: {LENGTH} tokens, backward, Adam. Adam = each side's
+`build_optimizer` (after: PyTorch's fused kernel).
 
 | run | model | before (s, median) | after (s, median) | before / after (median of rounds) |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 
-Beam search before vs after (same seeded weights): {beams}."""
+Outputs before vs after (same seeded weights): {compared}."""
     publish("Decoder speed before/after (issue 17)", body, args)
 
 

@@ -6,7 +6,8 @@ of 50 regions x 2048-d, vocabulary 10201:
 
 - beam search: beam 5, 20 steps, eval mode, no gradients, key/value caches;
 - SCST step: train mode, beam 5 over 20 steps with gradients (``beam_search(grad=True)``), CIDEr-D reward
-  (``CiderReward``, 5 references per image), mean baseline, SCST loss, backward, Adam update;
+  (``CiderReward``, 5 references per image), mean baseline, SCST loss, backward, Adam update (the library's
+  ``build_optimizer``);
 - XE step: train mode, teacher-forced forward over 20 tokens, cross-entropy, backward, Adam update.
 
 FLOPs are counted with ``torch.utils.flop_counter.FlopCounterMode``. The matmul rate is measured in the same
@@ -19,8 +20,12 @@ rate measured next to it; medians over rounds. Writes "## Roofline" of benchmark
 ``--json PATH`` also writes the figures (per run and model: FLOPs, rate, bound, time, ratio) as JSON.
 ``--before PATH`` reads such a file from an earlier run (e.g. before an optimisation) and adds the ratio against
 the bound of *its* FLOP count at today's rate, so FLOPs an optimisation removed count in its favour.
+``--profile N`` adds where each run's time goes: one call under ``torch.profiler`` (self CPU time per operator),
+grouped into GEMMs, fused attention and the rest, with the rest's N largest operators and the time outside
+operators (Python, dispatch).
 
     .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
+        [--profile N]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from vlattn.io import atomic_write_text
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
 from vlattn.models import build_captioner
 from vlattn.models.profile import random_batch
+from vlattn.training.optim import build_optimizer
 from vlattn.training.scst import scst_objective
 from vlattn.training.xe import xe_objective
 
@@ -77,8 +83,11 @@ def beam_run(model: nn.Module, batch: dict[str, Any], steps: int) -> Run:
 
 
 def training_run(model: nn.Module, objective: Callable, batch: dict[str, Any]) -> Run:
-    """One training step in train mode: ``objective`` (XE or SCST), backward, Adam update."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+    """One training step in train mode: ``objective`` (XE or SCST), backward, the library's Adam update
+    (``build_optimizer``, as the train stages build it)."""
+    optimizer = build_optimizer(model, (0.9, 0.999))
+    for group in optimizer.param_groups:
+        group["lr"] = 1e-6
 
     def run() -> None:
         model.train()
@@ -216,10 +225,31 @@ def scst_reward(batch_size: int) -> Callable[[Tensor, list[int]], Tensor]:
     return reward
 
 
+def time_shares(run: Run, top: int) -> str:
+    """Where one call of ``run`` spends its time: shares of the wall time in GEMMs, fused attention (forward and
+    backward), the ``top`` largest other operators (self CPU time under ``torch.profiler``), the other operators
+    together, and outside any operator (Python, dispatch, profiler overhead)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        wall = seconds(run) * 1e6  # microseconds, as the profiler
+    self_times = {event.key: event.self_cpu_time_total for event in profiler.key_averages()}
+    gemm_names = {f"aten::{op.__name__}" for op in GEMMS}
+    sdpa_names = {f"aten::{op.__name__}" for op in CPU_SDPA}
+    gemm = sum(t for name, t in self_times.items() if name in gemm_names)
+    sdpa = sum(t for name, t in self_times.items() if name in sdpa_names)
+    rest = sorted(((t, name) for name, t in self_times.items() if name not in gemm_names | sdpa_names), reverse=True)
+    largest = ", ".join(f"`{name.removeprefix('aten::')}` {100 * t / wall:.1f}" for t, name in rest[:top])
+    others = sum(t for t, _ in rest[top:])
+    outside = wall - gemm - sdpa - sum(t for t, _ in rest)
+    return (f"{100 * gemm / wall:.1f} | {100 * sdpa / wall:.1f} | {largest} | {100 * others / wall:.1f} | "
+            f"{100 * outside / wall:.1f}")
+
+
 def extra_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--before", type=Path, metavar="PATH",
                         help="a --json file of an earlier run: add time / bound at its FLOP count")
+    parser.add_argument("--profile", type=int, metavar="N", default=0,
+                        help="add a table of where each run's time goes, naming the N largest other operators")
 
 
 def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
@@ -272,7 +302,8 @@ def main() -> None:
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
-loss, backward, Adam. XE step: train mode, {steps} tokens, cross-entropy, backward, Adam.
+loss, backward, Adam. XE step: train mode, {steps} tokens, cross-entropy, backward, Adam. Adam = the train stages'
+(`build_optimizer`: PyTorch's fused kernel).
 FLOPs: `FlopCounterMode` (its own registry: GEMMs, and in training the attention's math-path bmm), plus the fused
 CPU SDPA kernel of eval-mode attention, which its registry lacks (counted with its CUDA-kernel formula). Rate: the
 run's own GEMM sequence (mm/addmm/bmm/baddbmm, same shapes and strides, one buffer per weight) replayed alone,
@@ -282,6 +313,18 @@ median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU mach
 | run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate (GFLOP/s) | bound (s) | time (s) | time / bound |{extra_head}
 |---|---|---|---|---|---|---|---|{"---|---|" if before else ""}
 {chr(10).join(rows)}"""
+    if args.profile:
+        shares = "\n".join(f"| {task} | {name} | {time_shares(run, args.profile)} |"
+                           for (task, name), run in runs.items())
+        body += f"""
+
+Where the time goes (`--profile {args.profile}`: one more call of each run under `torch.profiler`, self CPU time per
+operator as % of that call's wall time; GEMMs = mm/addmm/bmm/baddbmm; fused attention = the CPU SDPA kernel,
+forward and backward; outside operators = Python, dispatch and the profiler's own overhead):
+
+| run | model | GEMMs % | fused attention % | largest other operators (%) | other operators % | outside operators % |
+|---|---|---|---|---|---|---|
+{shares}"""
     publish("Roofline", body, args)
 
 

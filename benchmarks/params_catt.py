@@ -1,5 +1,6 @@
-"""Trainable parameters of Transformer+CATT (configs/catt.yaml) and MCAN+CATT (configs/vqa-catt.yaml) beside the
-model without CATT of the same shape, with the increment split into its parts, against the CATT paper's statement
+"""Trainable parameters of Transformer+CATT (configs/catt.yaml), MCAN+CATT (configs/vqa-catt.yaml) and BUTD+CATT
+(configs/updown-catt.yaml) beside the model without CATT of the same shape (for BUTD+CATT: configs/updown.yaml),
+with the increment split into its parts, against the CATT paper's statement
 (supplementary Sec. 9: with IS-ATT and CS-ATT sharing their parameters, "the increments of the trainable parameters
 only come from the global image and word embedding dictionaries"; the paper gives no totals). Written to
 benchmarks/RESULTS.md ("## CATT parameters"). Built on the meta device (no weights allocated).
@@ -23,6 +24,11 @@ VARIANTS = {  # row -> options over the preset's
     "shared, concat_linear (released code's fc)": {"fusion": "concat_linear"},
     "w/o Share, concat": {"share": False},
 }
+BUTD_VARIANTS = {  # row -> options of the top-down site's catt_additive over configs/updown-catt.yaml's
+    "unshared, concat (configs/updown-catt.yaml)": {},
+    "shared, concat": {"share": True},
+    "unshared, concat_linear": {"fusion": "concat_linear"},
+}
 SECOND_STREAM = ("cross_sample", "cross_encoder", "cross_decoder")  # the CS stream's own layers (w/o Share)
 
 
@@ -32,7 +38,7 @@ def count(model: nn.Module, keep=lambda name: True) -> int:
 
 def build(cfg: ModelConfig) -> nn.Module:
     with torch.device("meta"):
-        if cfg.kind in ("catt", "transformer"):
+        if cfg.kind in ("catt", "transformer", "updown"):
             return build_captioner(cfg, WORDS)
         return build_vqa_model(cfg, WORDS, ANSWERS)
 
@@ -44,9 +50,10 @@ def baseline(cfg: ModelConfig) -> ModelConfig:
     return replace(cfg, kind=kind, options=options)
 
 
-def row(name: str, cfg: ModelConfig) -> str:
-    """| model | base | +CATT | increment | dictionaries | predictor | CS layers |: increment = the three parts."""
-    model, base = build(cfg), build(baseline(cfg))
+def row(name: str, cfg: ModelConfig, base_cfg: ModelConfig | None = None) -> str:
+    """| model | base | +CATT | increment | dictionaries | reader | CS layers |: increment = the three parts; the base
+    is ``base_cfg`` or :func:`baseline`."""
+    model, base = build(cfg), build(base_cfg or baseline(cfg))
     total, reference = count(model), count(base)
     dictionaries = count(model, lambda n: "dictionary" in n)
     layers = count(model, lambda n: any(part in n.split(".") for part in SECOND_STREAM))
@@ -63,13 +70,21 @@ def main() -> None:
         cfg = load_config(preset).model
         for variant, options in VARIANTS.items():
             rows.append(row(f"{label}, {variant}", replace(cfg, options={**cfg.options, **options})))
+    butd, updown = load_config("configs/updown-catt.yaml").model, load_config("configs/updown.yaml").model
+    site = butd.decoder_cross_attention
+    for variant, options in BUTD_VARIANTS.items():
+        top_down = replace(site, options={**site.options, **options})
+        rows.append(row(f"BUTD+CATT, LSTMs 1024, D#1000, {variant}", replace(butd, decoder_cross_attention=top_down),
+                        updown))
     body = f"""Trainable parameters with {WORDS:,} words (COCO Karpathy, words seen >= 5 times), {ANSWERS:,} VQA answers,
-2048-d regions, dictionaries of 500 entries each (the paper's Transformer setting). "base" is the same model
-without CATT (`kind: transformer` of the same shape; `kind: mcan` with MCAN's options). The increment is split
-into the dictionaries, the predictor's widening and the cross-sample stream's own layers; the three parts add up
-to the increment exactly.
+2048-d regions, dictionaries of 500 entries each for the Transformer and MCAN (the paper's setting) and one image
+dictionary of 1000 entries for BUTD (supplementary Sec. 9). "base" is the same model without CATT (`kind:
+transformer` of the same shape; `kind: mcan` with MCAN's options; configs/updown.yaml, the same Up-Down with
+additive top-down attention). The increment is split into the dictionaries, the widening of what reads [Z^; X^]
+("reader": the word classifier, the answer classifier, BUTD's language LSTM) and the cross-sample stream's own
+layers; the three parts add up to the increment exactly.
 
-| model | base | +CATT | increment | dictionaries | predictor | CS layers |
+| model | base | +CATT | increment | dictionaries | reader | CS layers |
 |---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
@@ -78,17 +93,24 @@ image and word embedding dictionaries": 500 x 2048 (image, in the RoI feature sp
 512-d word-embedding space) = 1,280,000 for the captioner, which is our dictionaries column. Every other
 parameter of the increment is accounted for:
 
-- predictor, `concat` (the paper's reading of Fig. 5, "concatenated and input into the final predictor"): the
+- reader, `concat` (the paper's reading of Fig. 5, "concatenated and input into the final predictor"): the
   classifier reads [Z^; X^], so its weight doubles its input side: +{WORDS:,} x 512 = {WORDS * 512:,} for the
   captioner, +{ANSWERS:,} x 1024 = {ANSWERS * 1024:,} for MCAN+CATT (MCAN's fused vector is 1024-d). The paper's
   statement leaves this out; a predictor that reads a concatenation cannot avoid it.
-- predictor, `concat_linear` (the released LXMERT+CATT code's `fc` over the concatenation): a Linear(2w -> w)
+- reader, `concat_linear` (the released LXMERT+CATT code's `fc` over the concatenation): a Linear(2w -> w)
   before an unchanged classifier, 2 x 512 x 512 + 512 = 524,800 (captioner) and 2 x 1024 x 1024 + 1024 =
   2,098,176 (MCAN+CATT).
 - MCAN+CATT's word dictionary lives in MCAN's 300-d word-embedding space (500 x 300, entered through the
   question LSTM), its image dictionary in the 2048-d region space.
 - `w/o Share` (Table 6) adds a second copy of every encoder and decoder layer (the CS layers column).
-- BUTD+CATT (configs/updown-catt.yaml) is counted once the Up-Down model is on main (see docs/catt.md).
+- BUTD+CATT (configs/updown-catt.yaml beside configs/updown.yaml): the image dictionary 1000 x 2048 =
+  {1000 * 2048:,}; the language LSTM reads [Z^; X^; h^1] instead of [v^; h^1], so its input weights widen by one
+  2048-d vector: 4 x 1024 x 2048 = {4 * 1024 * 2048:,} (the reader column); unshared (our reading, docs/catt.md),
+  CS-ATT has its own Eq. 23 layers W_k (2048 -> 512), W_q (1024 -> 512) and w (512 -> 1), with biases:
+  {2048 * 512 + 512 + 1024 * 512 + 512 + 512 + 1:,} (the CS layers column). Shared, the dictionary and the
+  widening are the whole increment; `concat_linear` replaces the widening by a Linear(2 x 2048 -> 2048) before
+  an unchanged language LSTM, {2 * 2048 * 2048 + 2048:,}. The paper gives no BUTD+CATT totals and states no
+  parameter count for it.
 """
     publish("CATT parameters", body, args)
 

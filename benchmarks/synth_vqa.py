@@ -1,35 +1,83 @@
-"""MCAN on the synthetic VQA split (issue 10): the test accuracy of a finished MCAN run beside the same model
-trained and evaluated with the image zeroed (question only) and the majority training answer of each question
-type; written to benchmarks/RESULTS.md ("## VQA on synthetic data") with the commands that produced it.
+"""VQA models on the synthetic VQA split, from finished runs: the test accuracy (overall, per answer type, per question
+type; mean ± sample deviation over seeds) beside the majority training answer of each question type, with the
+commands that produced it. Two comparisons, each written to its own section of benchmarks/RESULTS.md:
 
-Each run directory holds the ``vlattn eval --json`` output of its best checkpoint at ``RUN.eval.json``
-(see ``--help`` for the commands this expects to have been run).
+- ``--compare image`` (issue 10, "## VQA on synthetic data"): MCAN (configs/vqa-demo.yaml) beside the same model
+  trained and evaluated with the image zeroed (question only);
+- ``--compare catt`` (issue 14, "## MCAN vs MCAN+CATT on synthetic VQA"): MCAN beside MCAN+CATT at the same size
+  and budget (configs/vqa-catt-demo.yaml).
+
+Run directories are ``RUNS/<stem>`` (one seed, the config's) or ``RUNS/<stem>-s<seed>`` (``--seeds``); each holds
+the ``vlattn eval --json`` output of its best checkpoint at ``<run>.eval.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from results import write_section
 
-from vlattn.config import load_config
+from vlattn.config import Config, load_config
+from vlattn.models import build_vqa_model
+from vlattn.models.profile import trainable
 from vlattn.tasks.vqa import majority_baseline, read_split
 
-CONFIG = "configs/vqa-demo.yaml"
-RUNS = {"MCAN": [], "MCAN, image zeroed (question only)": ["data.zero_image=true"]}
 TYPES = ("yes/no", "number", "other")
 
 
-def run_dir(runs: Path, name: str) -> Path:
-    return runs / ("question-only" if "zeroed" in name else "mcan")
+@dataclass(frozen=True)
+class Model:
+    """One compared model: its table label, run-directory stem, config and overrides."""
+
+    label: str
+    stem: str
+    config: str
+    overrides: tuple[str, ...] = ()
 
 
-def row(name: str, report: dict) -> str:
-    cells = [report["overall"], *(report["perAnswerType"].get(kind, float("nan")) for kind in TYPES)]
-    return f"| {name} | " + " | ".join(f"{value:.2f}" for value in cells) + " |"
+@dataclass(frozen=True)
+class Comparison:
+    """The models of one RESULTS section."""
+
+    heading: str
+    models: tuple[Model, ...]
+
+
+MCAN = Model("MCAN", "mcan", "configs/vqa-demo.yaml")
+COMPARISONS = {
+    "image": Comparison("VQA on synthetic data", (
+        MCAN, Model("MCAN, image zeroed (question only)", "question-only", MCAN.config, ("data.zero_image=true",)))),
+    "catt": Comparison("MCAN vs MCAN+CATT on synthetic VQA", (
+        MCAN, Model("MCAN+CATT", "catt", "configs/vqa-catt-demo.yaml"))),
+}
+
+
+def run_dirs(runs: Path, model: Model, seeds: list[int] | None) -> list[Path]:
+    """The model's run directories: one per seed, or the config's seed alone."""
+    return [runs / model.stem] if not seeds else [runs / f"{model.stem}-s{seed}" for seed in seeds]
+
+
+def mean_sd(values: list[float]) -> str:
+    """Mean ± sample standard deviation; the value alone for one run."""
+    text = f"{statistics.mean(values):.2f}"
+    return text + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+
+
+def answer_type_cells(reports: list[dict]) -> list[str]:
+    """Overall and per answer type, over the runs."""
+    columns = [[r["overall"] for r in reports]] + [[r["perAnswerType"].get(t, float("nan")) for r in reports]
+                                                   for t in TYPES]
+    return [mean_sd(column) for column in columns]
+
+
+def fill(text: str) -> str:
+    """A paragraph wrapped as RESULTS.md is."""
+    return textwrap.fill(text, width=116, break_long_words=False, break_on_hyphens=False)
 
 
 def val_curve(run: Path) -> str:
@@ -38,66 +86,110 @@ def val_curve(run: Path) -> str:
     return ", ".join(f"{r['accuracy']:.1f}" for r in rows if r["kind"] == "val")
 
 
+def config_of(model: Model, data: str) -> Config:
+    """The config the model's runs train with (seed aside)."""
+    return load_config(model.config, [f"data.root={data}", *model.overrides])
+
+
+def parameters(cfg: Config, run: Path) -> int:
+    """Trainable parameters of ``cfg``'s model at the vocabularies of ``run``'s best checkpoint."""
+    best = run / "checkpoints" / "best"
+    words = json.loads((best / "vocab-words.json").read_text())["itos"]
+    answers = json.loads((best / "vocab-answers.json").read_text())["answers"]
+    return trainable(build_vqa_model(cfg.model, len(words), len(answers)))
+
+
+def commands(model: Model, runs: Path, data: str, seeds: list[int] | None) -> list[str]:
+    """The train and eval commands of the model's runs (SEED stands for each seed)."""
+    run = runs / (model.stem if not seeds else f"{model.stem}-sSEED")
+    sets = [f"data.root={data}", *model.overrides, *(["train.seed=SEED"] if seeds else [])]
+    return [f".venv/bin/vlattn --threads 1 train --config {model.config} --out {run} "
+            + " ".join(f"--set {item}" for item in sets),
+            f".venv/bin/vlattn --threads 1 eval --checkpoint {run} --split test --json > {run}.eval.json"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=Path("/tmp/vqa_runs"), help="holds mcan/, question-only/, *.eval.json")
+    parser.add_argument("--compare", choices=sorted(COMPARISONS), default="image", help="which models (see above)")
+    parser.add_argument("--runs", type=Path, default=Path("/tmp/vqa_runs"), help="holds the runs and *.eval.json")
     parser.add_argument("--data", default="/tmp/synth_default", help="the synthetic data root the runs used")
+    parser.add_argument("--seeds", type=int, nargs="*", default=None, help="runs <stem>-s<seed> (default: <stem>)")
     parser.add_argument("--note", default="", help="a remark on the runs, printed under the table")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
-    cfg = load_config(CONFIG, [f"data.root={args.data}"])
-    rows, curves = [], []
-    commands = [f".venv/bin/vlattn --threads 1 data synth --out {args.data}"]
-    for name, overrides in RUNS.items():
-        run = run_dir(args.runs, name)
-        report = json.loads(Path(f"{run}.eval.json").read_text())
-        rows.append(row(name, report))
-        curves.append(f"{name}: {val_curve(run)}")
-        sets = " ".join(f"--set {item}" for item in [f"data.root={args.data}", *overrides])
-        commands.append(f".venv/bin/vlattn --threads 1 train --config {CONFIG} --out {run} {sets}")
-        commands.append(f".venv/bin/vlattn --threads 1 eval --checkpoint {run} --split test --json > {run}.eval.json")
-    prior = majority_baseline(read_split(Path(args.data), cfg.data, "train").annotations,
-                              read_split(Path(args.data), cfg.data, "test").annotations)
-    rows.append(row("majority training answer of the question type", prior))
-    commands.append(f".venv/bin/python benchmarks/synth_vqa.py --runs {args.runs} --data {args.data}")
-    mcan = json.loads(Path(f"{run_dir(args.runs, 'MCAN')}.eval.json").read_text())
-    blind = json.loads(Path(f"{run_dir(args.runs, 'zeroed')}.eval.json").read_text())
-    model = yaml.safe_load((run_dir(args.runs, "MCAN") / "config.yaml").read_text())["model"]
-    shape = (f"{model['encoder_layers']}+{model['decoder_layers']} layers, d={model['d_model']}, "
-             f"{model['num_heads']} heads, box input {model['box_input']}")
-    per_type = "\n".join(
-        f"| {kind} | {mcan['perQuestionType'][kind]:.2f} | {blind['perQuestionType'][kind]:.2f} | "
-        f"{prior['perQuestionType'][kind]:.2f} |" for kind in mcan["perQuestionType"])
-    body = f"""Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val /
-200 test, 5 questions per image with ten simulated answers each, 512-d region features). MCAN of {CONFIG}
-({shape}; the full config is in each run's config.yaml), best checkpoint by validation accuracy, test split
-({mcan['questions']:,} questions), official VQA accuracy in percent. "Image zeroed" is the same model and training with every region
-feature and box set to zero (`data.zero_image=true`), in training and evaluation: what the questions alone
-allow. The majority baseline answers every question with the most frequent training answer of its question
-type.
+    comparison = COMPARISONS[args.compare]
+    cfg = load_config(MCAN.config, [f"data.root={args.data}"])
+    test = read_split(Path(args.data), cfg.data, "test").annotations
+    prior = majority_baseline(read_split(Path(args.data), cfg.data, "train").annotations, test)
+    rows, curves, per_seed, per_type, overall = [], [], [], {}, {}
+    lines = [f".venv/bin/vlattn --threads 1 data synth --out {args.data}"]
+    for model in comparison.models:
+        runs = run_dirs(args.runs, model, args.seeds)
+        reports = [json.loads(Path(f"{run}.eval.json").read_text()) for run in runs]
+        rows.append(f"| {model.label} | {parameters(config_of(model, args.data), runs[0]):,} | " + " | ".join(answer_type_cells(reports)) + " |")
+        per_type[model.label] = {kind: [r["perQuestionType"][kind] for r in reports] for kind in prior["perQuestionType"]}
+        overall[model.label] = [r["overall"] for r in reports]
+        seeds = args.seeds or [config_of(model, args.data).train.seed]
+        curves += [f"{model.label}, seed {seed}: {val_curve(run)}" for seed, run in zip(seeds, runs, strict=True)]
+        per_seed += [f"| {model.label} | {seed} | " + " | ".join(answer_type_cells([report])) + " |"
+                     for seed, report in zip(seeds, reports, strict=True)]
+        lines += commands(model, args.runs, args.data, args.seeds)
+    rows.append("| majority training answer of the question type | - | " + " | ".join(answer_type_cells([prior])) + " |")
+    seeds_option = f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds else ""
+    lines.append(f".venv/bin/python benchmarks/synth_vqa.py --compare {args.compare} --runs {args.runs} "
+                 f"--data {args.data}{seeds_option}")
+    labels = list(per_type)
+    type_rows = "\n".join(f"| {kind} | " + " | ".join(mean_sd(per_type[label][kind]) for label in labels)
+                          + f" | {prior['perQuestionType'][kind]:.2f} |" for kind in prior["perQuestionType"])
+    base, other = labels[0], labels[1]
+    gaps = [b - a for a, b in zip(overall[base], overall[other], strict=True)]
+    first = config_of(comparison.models[0], args.data)
+    model_cfg, train = first.model, first.train
+    shape = (f"{model_cfg.encoder_layers}+{model_cfg.decoder_layers} layers, d={model_cfg.d_model}, "
+             f"{model_cfg.num_heads} heads, box input {model_cfg.box_input}")
+    budget = (f"{train.epochs} epochs, batch {train.batch_size}, schedule {train.schedule.name} "
+              f"({', '.join(f'{k} {v}' for k, v in train.schedule.options.items())})")
+    seed_text = (f"seeds {', '.join(map(str, args.seeds))} (mean ± sample standard deviation over them)" if args.seeds
+                 else f"one seed ({seeds[0]})")
+    models = " vs ".join(f"{m.label} ({m.config}" + "".join(f", `{o}`" for o in m.overrides) + ")"
+                         for m in comparison.models)
+    intro = (f"Synthetic data set at {args.data} (`vlattn data synth` defaults: 2000 images, 1600 train / 200 val / 200 "
+             f"test, 5 questions per image with ten simulated answers each, 512-d region features). {models}. MCAN: "
+             f"{shape}. The same budget for every model: {budget}; {seed_text}; the full config is in each run's "
+             f"config.yaml. Best checkpoint by validation accuracy, test split ({len(test):,} questions), official VQA "
+             "accuracy in percent. The majority baseline answers every question with the most frequent training "
+             "answer of its question type.")
+    gap = f"{statistics.mean(gaps):+.2f}" + (f" ± {statistics.stdev(gaps):.2f}" if len(gaps) > 1 else "")
+    reading = (f"{other} minus {base}, overall: {gap} points (per seed: {', '.join(f'{g:+.2f}' for g in gaps)}). "
+               f"Validation accuracy after each epoch: {'; '.join(curves)}. {args.note}")
+    body = f"""{fill(intro)}
 
-| model | overall | yes/no | number | other |
-|---|---|---|---|---|
+| model | parameters | overall | yes/no | number | other |
+|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Per question type:
 
-| question type | MCAN | image zeroed | majority |
-|---|---|---|---|
-{per_type}
+| question type | {' | '.join(labels)} | majority |
+|---|{'---|' * len(labels)}---|
+{type_rows}
 
-The image adds {mcan['overall'] - blind['overall']:+.2f} points over the question-only model
-({mcan['overall'] - prior['overall']:+.2f} over the majority answers). Validation accuracy after each epoch:
-{'; '.join(curves)}. {args.note}
+Per seed:
 
-Commands:
+| model | seed | overall | yes/no | number | other |
+|---|---|---|---|---|---|
+{chr(10).join(per_seed)}
+
+{fill(reading)}
+
+Commands{' (SEED in ' + ', '.join(map(str, args.seeds)) + ')' if args.seeds else ''}:
 
 ```
-{chr(10).join(commands)}
+{chr(10).join(lines)}
 ```"""
     print(body)
     if not args.no_write:
-        write_section("VQA on synthetic data", body)
+        write_section(comparison.heading, body)
 
 
 if __name__ == "__main__":

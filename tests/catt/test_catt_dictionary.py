@@ -179,3 +179,17 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         write_dictionary(path, CENTRES, {"n": object()})  # not JSON: fails while writing
     assert read_dictionary(path).meta == {"n": 1} and list(tmp_path.iterdir()) == [path]
+
+
+def test_entries_are_the_parameter_when_recorded_and_a_constant_alias_without_gradients() -> None:
+    """With autograd recording, the parameter itself (gradients reach it); under no_grad / inference_mode a
+    detached alias of the same storage, whose views (the [None] batch of one every user makes) are constants —
+    a view of the parameter made there would claim requires_grad without an autograd node."""
+    dictionary = GlobalDictionary(3, "image", DictionaryOptions(size=4, init="random"))
+    assert dictionary() is dictionary.entries
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            entries = dictionary()[None]  # (1, K, D)
+        assert not entries.requires_grad and entries.grad_fn is None
+        assert entries.data_ptr() == dictionary.entries.data_ptr()  # no copy
+        torch.testing.assert_close(entries[0], dictionary.entries.detach())

@@ -188,14 +188,15 @@ def test_reordering_beams_gathers_both_streams_and_keeps_the_dictionary_cache() 
     assert reordered.cache[0].in_sample.cross is state.cache[0].in_sample.cross  # cross caches stay per image
 
 
-def test_dropout_options_reach_both_streams() -> None:
-    """model.embedding_dropout sets the decoder's input dropout, model.attention_dropout every site's weight dropout;
-    unset, both are model.dropout (the released BERT-based code drops attention weights)."""
-    base = catt_config()
-    default = build(base)
-    assert default.decoder.dropout.p == base.dropout
-    assert default.decoder.layers[0].self_attn.dropout == base.dropout
+def test_dropout_defaults_are_the_transformers_and_options_reach_both_streams() -> None:
+    """Unset, Transformer+CATT drops what the Transformer of the same config drops (Eq. 24's layers are Vaswani et
+    al.'s: model.dropout on the decoder input, none on the attention weights); model.embedding_dropout sets the
+    decoder's input dropout and model.attention_dropout every site's weight dropout in both streams."""
+    base = replace(catt_config(), dropout=0.1)
+    default, transformer = build(base), build(replace(base, kind="transformer", options={}))
+    weights = lambda model: {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)}  # noqa: E731
+    assert weights(default) == weights(transformer) == {0.0}
+    assert default.decoder.dropout.p == transformer.decoder.dropout.p == 0.1
     model = build(replace(base, embedding_dropout=0.3, attention_dropout=0.2))
     assert model.decoder.dropout.p == 0.3
-    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    assert attentions and {m.dropout for m in attentions} == {0.2}
+    assert weights(model) == {0.2}

@@ -10,11 +10,13 @@ import torch
 from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, model_inputs, tiny_inputs, tiny_model_config
 from torch import nn
 
+from vlattn.attention import StaticKVCache
+from vlattn.attention.catt import AdditiveCausalAttention
 from vlattn.config import Spec, config_from_dict, load_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
 from vlattn.models import UpDownCaptioner, build_captioner
-from vlattn.models.profile import trainable
+from vlattn.models.profile import flops_decode_step, trainable
 from vlattn.training.scst import scst_objective
 
 
@@ -155,13 +157,30 @@ def test_scst_trains_through_beam_search() -> None:
     assert greedy_decode(model.eval(), model_inputs(tiny_inputs()), bos=BOS, eos=EOS, max_len=5).shape[0] == 3
 
 
-@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml"])
+REDUCED = ["model.d_model=32", f"model.feature_dim={FEATURE_DIM}", "model.options.embed_dim=16", "model.options.attention_dim=8"]
+
+
+@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml", "configs/updown-catt.yaml"])
 def test_presets_build(preset: str) -> None:
-    cfg = load_config(preset, ["model.d_model=32", "model.feature_dim=12", "model.options.embed_dim=16",
-                               "model.options.attention_dim=8"])
+    cfg = load_config(preset, REDUCED)
     model = build_captioner(cfg.model, 40)
     assert isinstance(model, UpDownCaptioner)
     assert len(getattr(model.attention, "units", [])) == (3 if "sla" in preset else 0)
+
+
+def test_butd_catt_preset_is_up_down_with_one_causal_attention_module() -> None:
+    """configs/updown-catt.yaml (supplementary Sec. 9) at reduced widths: IS-ATT additive over the regions and an
+    unshared additive CS-ATT over 1000 dictionary entries in the region space, both outputs into the language LSTM
+    (input 2D + M); one teacher-forced pass gives finite log-probabilities."""
+    cfg = load_config("configs/updown-catt.yaml", REDUCED)
+    model = build_captioner(cfg.model, VOCAB, pad_id=PAD)
+    attention = model.attention
+    assert isinstance(attention, AdditiveCausalAttention) and attention.cross_sample is not None
+    assert tuple(attention.dictionary.entries.shape) == (1000, FEATURE_DIM)
+    assert model.language_lstm.input_size == 2 * FEATURE_DIM + 32
+    inputs = tiny_inputs()
+    logits = model.eval()(model_inputs(inputs), inputs["tokens"])
+    assert logits.shape == (*inputs["tokens"].shape, VOCAB) and torch.isfinite(logits).all()
 
 
 def test_cached_step_needs_every_token_so_far() -> None:
@@ -170,3 +189,39 @@ def test_cached_step_needs_every_token_so_far() -> None:
     _, state = model.step(inputs["tokens"][:, :1], state)
     with pytest.raises(ValueError, match="the state has consumed 1 tokens, so it needs 2, got 3"):
         model.step(inputs["tokens"][:, :3], state)
+
+
+def test_catt_decoding_step_flops_add_the_cross_sample_attention_and_the_wider_language_lstm() -> None:
+    """BUTD+CATT under `vlattn profile`'s FLOP counter (regression: the decoding step's no-grad dictionary view
+    made torch's module tracker fail). One cached step costs Up-Down's plus, counted by hand: CS-ATT over the K
+    entries (W_q 2 B M A, w 2 B K A, the weighted sum 2 B K D; W_k over the dictionary is cached) and the language
+    LSTM's input widened by the D-d X^ (2 B 4M D)."""
+    batch, entries, hidden, attention = 3, 7, 16, 8
+    shapes = dict(batch=batch, regions=5, length=4, feature_dim=FEATURE_DIM, vocab=VOCAB)
+    base = flops_decode_step(updown(), **shapes)
+    catt = updown(decoder_cross_attention=Spec("catt_additive", {"dictionary": {"size": entries, "init": "random"}}))
+    extra = (2 * batch * hidden * attention + 2 * batch * entries * attention + 2 * batch * entries * FEATURE_DIM
+             + 2 * batch * 4 * hidden * FEATURE_DIM)
+    assert flops_decode_step(catt, **shapes) == base + extra
+
+
+def test_catt_projects_the_dictionary_once_per_pass() -> None:
+    """CS-ATT's projection of the (sample-independent) dictionary, W_k D, is made once per teacher-forced pass and
+    once per decoding, not at every word; the entries' gradients through that one projection equal those of a pass
+    that projects at every word."""
+    model = updown(decoder_cross_attention=Spec("catt_additive", {"dictionary": {"size": 7, "init": "random"}}))
+    cross, inputs = model.attention.cross_sample, tiny_inputs()
+    calls = []
+    project = cross.project_key_value
+    cross.project_key_value = lambda key, value: calls.append(key.shape) or project(key, value)
+    model(model_inputs(inputs), inputs["tokens"]).logsumexp(-1).sum().backward()
+    assert calls == [(1, 7, FEATURE_DIM)]  # the batch of one, for all 7 words
+    once = model.attention.dictionary.entries.grad.clone()
+    model.zero_grad()
+    regions = model.read_regions(model_inputs(inputs))
+    model.output(model.run(inputs["tokens"], regions, StaticKVCache())).logsumexp(-1).sum().backward()  # no CS cache
+    assert len(calls) == 1 + inputs["tokens"].shape[1]
+    torch.testing.assert_close(model.attention.dictionary.entries.grad, once)
+    calls.clear()
+    beam_search(model, model_inputs(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=6)
+    assert calls == [(1, 7, FEATURE_DIM)]

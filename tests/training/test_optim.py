@@ -121,3 +121,60 @@ def test_resume_keeps_the_configured_hyper_parameters(tmp_path: Path) -> None:
     # switching decay off changes the groups: a one-line error, not a traceback
     with pytest.raises(VlattnError, match="optimizer does not match"):
         trainer_for(model, 0.0).restore(state)
+
+
+def adam_by_formula(param: torch.Tensor, grads: list[torch.Tensor], lr: float, betas: tuple[float, float],
+                    eps: float) -> torch.Tensor:
+    """Kingma & Ba (2015), Algorithm 1, in float64: the parameter after one step per gradient."""
+    param = param.double()
+    m, v = torch.zeros_like(param), torch.zeros_like(param)
+    for t, grad in enumerate(grads, start=1):
+        m = betas[0] * m + (1 - betas[0]) * grad.double()
+        v = betas[1] * v + (1 - betas[1]) * grad.double() ** 2
+        param = param - lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+    return param
+
+
+def test_the_fused_optimiser_takes_adams_steps() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    start = model.weight.detach().clone()
+    optimizer = build_optimizer(model, (0.8, 0.9), eps=1e-6)
+    assert all(group["fused"] for group in optimizer.param_groups)  # CPU parameters: PyTorch's fused kernel
+    for group in optimizer.param_groups:
+        group["lr"] = 0.01
+    grads = [torch.randn(2, 3) for _ in range(3)]
+    for grad in grads:
+        model.weight.grad, model.bias.grad = grad.clone(), torch.zeros(2)
+        optimizer.step()
+    expected = adam_by_formula(start, grads, 0.01, (0.8, 0.9), 1e-6)
+    torch.testing.assert_close(model.weight.detach().double(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_checkpoint_of_the_unfused_optimiser_resumes_with_the_same_updates() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    grads = [[torch.randn_like(p) for p in model.parameters()] for _ in range(4)]
+
+    def run(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], steps: list) -> None:
+        for step in steps:
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            optimizer.step()
+
+    unfused_model = nn.Linear(4, 3)
+    unfused_model.load_state_dict(model.state_dict())
+    unfused = torch.optim.Adam(unfused_model.parameters(), lr=0.01, betas=(0.9, 0.98))  # PyTorch's default kernel
+    run(unfused, list(unfused_model.parameters()), grads)
+    resumed = nn.Linear(4, 3)
+    resumed.load_state_dict(model.state_dict())
+    first = torch.optim.Adam(resumed.parameters(), lr=0.01, betas=(0.9, 0.98))
+    run(first, list(resumed.parameters()), grads[:2])
+    optimizer = build_optimizer(resumed, (0.9, 0.98))
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(first.state_dict())  # what Trainer.restore does, then its own settings again
+    for group, values in zip(optimizer.param_groups, settings):
+        group.update(values, lr=0.01)
+    run(optimizer, list(resumed.parameters()), grads[2:])
+    for a, b in zip(resumed.parameters(), unfused_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

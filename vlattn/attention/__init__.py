@@ -23,7 +23,7 @@ from vlattn.attention.base import (
     Capabilities,
     Site,
 )
-from vlattn.attention.cache import KeyValueSource, KVCache, SharedKVCache, StaticKVCache, reorder_state
+from vlattn.attention.cache import KeyValueSource, KVCache, SharedKVCache, StaticKVCache, reorder_state, site_cache
 from vlattn.attention.catt import AdditiveCausalAttention, CausalAttention
 from vlattn.attention.groupwise import GroupMultiHeadAttention
 from vlattn.attention.gsa import GeometryAwareSelfAttention
@@ -134,4 +134,5 @@ __all__ = [
     "build_attention",
     "check_placement",
     "reorder_state",
+    "site_cache",
 ]

@@ -140,6 +140,14 @@ def fetch_projections(cache: KeyValueSource | None, project: Projector) -> tuple
     return project() if cache is None else cache.fetch(project)
 
 
+def site_cache(attention: Any, cache: KeyValueSource) -> KeyValueSource:
+    """The cache a site hands its mechanism: ``cache`` as the model makes it, or the mechanism's wrapper around it
+    (``attention.wrap_cache(cache)``) when the mechanism keeps more than the site's keys/values (CATT: its
+    dictionary's projections)."""
+    wrap = getattr(attention, "wrap_cache", None)
+    return cache if wrap is None else wrap(cache)
+
+
 def reorder_state(state: Any, index: Tensor) -> Any:
     """Select batch rows ``index`` (B',) of every tensor in a nested state: dataclasses (field by field),
     dicts, lists, tuples, and objects with their own ``reorder(index)`` (caches, box geometry)."""

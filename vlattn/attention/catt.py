@@ -21,8 +21,11 @@ outputs stay in one space — the paper's choice for the Transformer and LXMERT;
 needs). ``catt`` shares by default; ``catt_additive`` does not (the paper states sharing for the Transformer and
 LXMERT only; BUTD's outputs are weighted sums of raw features, in one space either way).
 
-Masks, ``bias`` and the ``cache`` apply to IS-ATT only: the dictionary is never masked, has no geometry, and its
-projections do not depend on the sample (made from a batch of one and broadcast to every row). ``need_weights``
+Masks, ``bias`` and the site's ``cache`` apply to IS-ATT only: the dictionary is never masked, has no geometry, and
+its projections do not depend on the sample (made from a batch of one and broadcast to every row). Sites that make
+their cache through :func:`~vlattn.attention.cache.site_cache` get a :class:`CausalKVCache`, which also keeps
+CS-ATT's projections of the dictionary, so a decoding (or an LSTM's teacher-forced pass, one call per word)
+projects the K entries once instead of at every call. ``need_weights``
 returns IS-ATT's weights, the attention over the sample that the paper visualises (Fig. 7). Shared, the parameters
 added to the inner attention are exactly the dictionary's K x D_k (plus 2w x w + w for ``concat_linear``).
 """
@@ -36,12 +39,31 @@ from torch import Tensor, nn
 
 from vlattn.attention.additive import AdditiveAttention
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
-from vlattn.attention.cache import KeyValueSource
+from vlattn.attention.cache import KeyValueSource, Projector, SharedKVCache, reorder_state
 from vlattn.attention.mha import MultiHeadAttention
 from vlattn.catt.dictionary import DictionaryOptions, GlobalDictionary, Source
 from vlattn.catt.fusion import Fusion, StreamFusion
 
 DICTIONARY_CONTEXT = AttentionContext(Site.CROSS)  # CS-ATT: the sample's queries over the dictionary
+
+
+class CausalKVCache:
+    """The cache of one CATT site: IS-ATT's keys/values through ``in_sample`` (the cache the site made) and CS-ATT's
+    projections of the dictionary in ``dictionary``, computed on first use from the batch of one (1, K, ...) and
+    shared by every row, never reordered. Within one forward pass with gradients, they flow through that one
+    projection."""
+
+    def __init__(self, in_sample: KeyValueSource, dictionary: SharedKVCache | None = None) -> None:
+        self.in_sample = in_sample
+        self.dictionary = SharedKVCache() if dictionary is None else dictionary
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
+        """IS-ATT's keys/values through the site's cache."""
+        return self.in_sample.fetch(project)
+
+    def reorder(self, index: Tensor) -> CausalKVCache:
+        """Rows ``index`` (B',) of the site's cache; the dictionary's projections as they are."""
+        return CausalKVCache(reorder_state(self.in_sample, index), self.dictionary)
 
 
 class CausalAttention(nn.Module):
@@ -74,6 +96,10 @@ class CausalAttention(nn.Module):
         self.out_dim = self.fusion.out_dim
         self.num_heads = getattr(self.in_sample, "num_heads", 1)
 
+    def wrap_cache(self, cache: KeyValueSource) -> CausalKVCache:
+        """The site's ``cache`` with room for the dictionary's projections (:func:`~vlattn.attention.cache.site_cache`)."""
+        return CausalKVCache(cache)
+
     @property
     def cross_sample_attention(self) -> nn.Module:
         """The module of CS-ATT: IS-ATT's own when shared."""
@@ -91,12 +117,18 @@ class CausalAttention(nn.Module):
         context: AttentionContext | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        """Fused Z^ and X^ for ``query`` (B, Nq, Dq); ``mask``/``bias``/``cache`` concern ``key``/``value`` only."""
+        """Fused Z^ and X^ for ``query`` (B, Nq, Dq); ``mask``/``bias`` concern ``key``/``value`` only, and so does
+        ``cache`` unless it is a :class:`CausalKVCache` (then its ``dictionary`` keeps CS-ATT's projections)."""
+        dictionary_cache = None
+        if isinstance(cache, CausalKVCache):
+            cache, dictionary_cache = cache.in_sample, cache.dictionary
         in_sample = self.in_sample(
             query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
         )  # Z^, (B, Nq, w)
         entries = self.dictionary()[None]  # (1, K, Dk), broadcast over the batch
-        cross_sample = self.cross_sample_attention(query, entries, entries, context=DICTIONARY_CONTEXT).out  # X^
+        cross_sample = self.cross_sample_attention(
+            query, entries, entries, cache=dictionary_cache, context=DICTIONARY_CONTEXT
+        ).out  # X^, (B, Nq, w)
         return AttentionOutput(self.fusion(in_sample.out, cross_sample), in_sample.weights)
 
 

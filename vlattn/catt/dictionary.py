@@ -110,8 +110,16 @@ class GlobalDictionary(nn.Module):
         return f"{self.source}, size={self.options.size}, dim={self.entries.shape[1]}, init={self.options.init!r}"
 
     def forward(self) -> Tensor:
-        """The entries (K, D)."""
-        return self.entries
+        """The entries (K, D): the parameter while autograd records, a detached alias of it (no copy) when it does
+        not (``torch.no_grad``/``inference_mode``: decoding, answering, profiling).
+
+        Every user reshapes the entries into a batch of one (``[None]``) or of one-word sequences before handing
+        them to a layer. A view of a parameter made with recording off still reports ``requires_grad=True`` but
+        has neither a ``grad_fn`` nor a gradient accumulator, and layers that hook their inputs' gradients reject
+        such a tensor (torch's ``ModuleTracker`` under ``FlopCounterMode``: "Expected gradient function to be
+        set", which broke ``vlattn profile`` on every CATT model). Detached, the view is the constant that
+        no-grad mode means."""
+        return self.entries if torch.is_grad_enabled() else self.entries.detach()
 
     def prepare(self, resources: PrepareResources) -> None:
         """Initialise the entries from the data (``kmeans``) or a dictionary file (``file``); ``random`` keeps the

@@ -193,7 +193,7 @@ def catt_options(cfg: ModelConfig) -> CattOptions:
 def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptioner:
     """The Transformer+CATT captioner described by ``cfg`` (see the module docstring)."""
     options = catt_options(cfg)
-    parts = Parts(cfg)  # dropout on the attention weights by default (the released code is BERT's, which has it)
+    parts = Parts(cfg, attention_dropout=0.0)  # the Transformer's default: none on the weights (docs/catt.md, Dropout)
     parts.check("encoder_self_attention", Site.CROSS)  # the CS stream's queries over the dictionary / CS states
     parts.check("decoder_self_attention", Site.CROSS)
     box_channels = BOX_CHANNELS if cfg.box_input else 0

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlattn.attention import AttentionContext, KVCache, Site, StaticKVCache
+from vlattn.attention import AttentionContext, KeyValueSource, KVCache, Site, StaticKVCache, site_cache
 from vlattn.models.encoder import Memory
 
 Memories = Mapping[str, Memory]
@@ -81,11 +81,11 @@ class CrossAttentionSite(nn.Module):
         self.memory = memory
         self.level = level
 
-    def new_cache(self) -> StaticKVCache:
-        """An empty compute-once cache for the image keys/values."""
-        return StaticKVCache()
+    def new_cache(self) -> KeyValueSource:
+        """An empty compute-once cache for the image keys/values (with the mechanism's own parts, e.g. CATT's)."""
+        return site_cache(self.attention, StaticKVCache())
 
-    def forward(self, x: Tensor, memories: Memories, cache: StaticKVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, memories: Memories, cache: KeyValueSource | None = None) -> Tensor:
         """``x`` (R, T, d) -> (R, T, d) attending ``memories[self.memory]`` (B images, R = B g) at one level."""
         memory = memories[self.memory]
         regions = memory.states[:, self.level]  # (B, N, d)

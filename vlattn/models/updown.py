@@ -60,12 +60,14 @@ from torch import Tensor, nn
 from vlattn.attention import (
     AttentionContext,
     AttentionDims,
+    KeyValueSource,
     Site,
     StaticKVCache,
     attention_class,
     build_attention,
     check_placement,
     reorder_state,
+    site_cache,
 )
 from vlattn.config import ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
@@ -113,7 +115,7 @@ class UpDownCache:
     compute-once cache (one row per image)."""
 
     lstm: LSTMStates
-    attention: StaticKVCache
+    attention: KeyValueSource
     steps: int = 0
 
 
@@ -169,7 +171,7 @@ class UpDownCaptioner(nn.Module):
         return LSTMStates((zeros, zeros), (zeros, zeros))
 
     def cell(
-        self, words: Tensor, states: LSTMStates, regions: Regions, cache: StaticKVCache | None
+        self, words: Tensor, states: LSTMStates, regions: Regions, cache: KeyValueSource | None
     ) -> tuple[Tensor, LSTMStates]:
         """One time step for the input ``words`` (R,) of R = B g decoding rows (grouped image by image, B the
         images of ``regions``): h^2_t (R, M) and the new states."""
@@ -185,7 +187,7 @@ class UpDownCaptioner(nn.Module):
         h2, c2 = self.language_lstm(torch.cat([attended.reshape(h1.shape[0], -1), h1], dim=-1), states.language)
         return h2, LSTMStates((h1, c1), (h2, c2))
 
-    def run(self, tokens: Tensor, regions: Regions, cache: StaticKVCache | None) -> Tensor:
+    def run(self, tokens: Tensor, regions: Regions, cache: KeyValueSource | None) -> Tensor:
         """h^2 (R, T, M) for the input ``tokens`` (R, T) (R = B g rows) from the zero state."""
         states, hidden = self.initial_states(regions, tokens.shape[0]), []
         for t in range(tokens.shape[1]):
@@ -195,14 +197,19 @@ class UpDownCaptioner(nn.Module):
 
     def forward(self, inputs: ModelInputs, tokens: Tensor) -> Tensor:
         """Teacher forcing: input ``tokens`` (B, T) -> logits (B, T, V); per-image projections computed once."""
-        return self.output(self.dropout(self.run(tokens, self.read_regions(inputs), StaticKVCache())))
+        return self.output(self.dropout(self.run(tokens, self.read_regions(inputs), self.attention_cache())))
+
+    def attention_cache(self) -> KeyValueSource:
+        """An empty compute-once cache of the top-down site (with the mechanism's own parts, e.g. CATT's)."""
+        return site_cache(self.attention, StaticKVCache())
 
     def encode(self, inputs: ModelInputs, use_cache: bool | None = None) -> UpDownState:
         """State for decoding (with a cache unless ``use_cache`` is False, default ``self.use_cache``)."""
         regions = self.read_regions(inputs)
         caching = self.use_cache if use_cache is None else use_cache
         rows = regions.pooled.shape[0]
-        return UpDownState(regions, UpDownCache(self.initial_states(regions, rows), StaticKVCache()) if caching else None)
+        return UpDownState(regions, UpDownCache(self.initial_states(regions, rows), self.attention_cache()) if caching
+                           else None)
 
     def step(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
         """Log-probabilities (R, V) of the next token after ``tokens`` (R, t) (BOS first; R = B g rows), and the

@@ -9,12 +9,23 @@ regularisation, it is a change of the model. :func:`parameter_groups` therefore 
 - every parameter with fewer than two dimensions (biases, the gains of any norm, scalar gates);
 - the parameters a module lists by name in its class attribute ``no_weight_decay`` (memory slots of
   :class:`~vlattn.attention.MemoryAugmentedAttention`, CATT's dictionaries), dotted names allowed.
+
+The update runs as PyTorch's fused Adam kernel (one pass over each parameter, its gradient and both moments)
+wherever PyTorch has one (CPU, CUDA, ...; floating-point parameters): the same update as the default
+implementation to float rounding, about 5x faster on one CPU thread (benchmarks/RESULTS.md "Fused Adam (issue 17)":
+M2's update 0.169 s -> 0.035 s, parameters 2.2e-8 apart after 8 steps; the default update was the largest non-GEMM
+cost of an XE step). The optimiser state (moments, step counts) is the same either way, so a checkpoint of either
+implementation resumes with this one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import torch
 from torch import nn
 from torch.optim import Adam
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 NORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,
@@ -49,8 +60,18 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [group for group in groups if group["params"]]
 
 
+def fused_supported(params: Iterable[torch.Tensor]) -> bool:
+    """Whether PyTorch's fused optimiser kernels take every tensor of ``params`` (floating point, on a device with
+    the kernels)."""
+    devices = _get_fused_kernels_supported_devices()
+    return all(p.is_floating_point() and p.device.type in devices for p in params)
+
+
 def build_optimizer(
     model: nn.Module, betas: tuple[float, float], weight_decay: float = 0.0, eps: float = 1e-8
 ) -> Adam:
-    """Adam over :func:`parameter_groups` (the learning rate is set by the schedule before every step)."""
-    return Adam(parameter_groups(model, weight_decay), lr=0.0, betas=betas, eps=eps, weight_decay=0.0)
+    """Adam over :func:`parameter_groups` (the learning rate is set by the schedule before every step), fused where
+    supported (module docstring)."""
+    groups = parameter_groups(model, weight_decay)
+    fused = fused_supported(p for group in groups for p in group["params"]) or None  # None: PyTorch's default
+    return Adam(groups, lr=0.0, betas=betas, eps=eps, weight_decay=0.0, fused=fused)
