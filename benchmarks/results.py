@@ -57,3 +57,9 @@ def publish(heading: str, body: str, args: argparse.Namespace) -> None:
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """Median over interleaved rounds of numerator_i / denominator_i (robust to load that shifts mid-run)."""
     return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+def mean_sd(values: list[float], digits: int) -> str:
+    """``mean ± sample standard deviation`` at ``digits`` decimals; the mean alone for a single value."""
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return f"{mean} ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else mean

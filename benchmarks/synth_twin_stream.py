@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
-from results import write_section
+from results import mean_sd, write_section
 
 from vlattn.config import load_config
 from vlattn.models import build_vqa_model
@@ -29,7 +28,7 @@ TYPES = ("yes/no", "number", "other")
 def cells(reports: list[dict]) -> list[str]:
     """Overall and per answer type: the mean over the seeds (± sample deviation with several)."""
     columns = [[r["overall"] for r in reports]] + [[r["perAnswerType"][t] for r in reports] for t in TYPES]
-    return [f"{statistics.mean(c):.2f}" + (f" ± {statistics.stdev(c):.2f}" if len(c) > 1 else "") for c in columns]
+    return [mean_sd(column, 2) for column in columns]
 
 
 def val_curve(run: Path) -> str:
@@ -47,7 +46,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
     sets = "".join(f" --set {item}" for item in args.overrides)
-    rows, curves, per_type, commands = [], [], {}, [f".venv/bin/vlattn --threads 1 data synth --out {args.data} --grid 6"]
+    rows, per_seed, curves, per_type, commands = [], [], [], {}, [f".venv/bin/vlattn --threads 1 data synth --out {args.data} --grid 6"]
     for label, (name, config) in MODELS.items():
         runs = [args.runs / f"{name}-s{seed}" for seed in args.seeds]
         reports = [json.loads(Path(f"{run}.eval.json").read_text()) for run in runs]
@@ -56,8 +55,9 @@ def main() -> None:
         answers = json.loads((runs[0] / "checkpoints" / "best" / "vocab-answers.json").read_text())["answers"]
         parameters = trainable(build_vqa_model(cfg.model, len(words["itos"]), len(answers)))
         rows.append(f"| {label} | {parameters:,} | " + " | ".join(cells(reports)) + " |")
-        per_type[label] = {kind: statistics.mean(r["perQuestionType"][kind] for r in reports)
+        per_type[label] = {kind: mean_sd([r["perQuestionType"][kind] for r in reports], 2)
                            for kind in reports[0]["perQuestionType"]}
+        per_seed.append(f"| {label} | " + " | ".join(f"{r['overall']:.2f}" for r in reports) + " |")
         curves += [f"{label}, seed {seed}: {val_curve(run)}" for seed, run in zip(args.seeds, runs)]
         run = args.runs / f"{name}-sSEED"
         commands.append(f".venv/bin/vlattn --threads 1 train --config {config} --out {run} --set data.root={args.data} "
@@ -70,7 +70,7 @@ def main() -> None:
     commands.append(f".venv/bin/python benchmarks/synth_twin_stream.py --runs {args.runs} --data {args.data} "
                     f"--seeds {' '.join(map(str, args.seeds))}{sets}")
     labels = list(per_type)
-    type_rows = "\n".join(f"| {kind} | " + " | ".join(f"{per_type[label][kind]:.2f}" for label in labels)
+    type_rows = "\n".join(f"| {kind} | " + " | ".join(per_type[label][kind] for label in labels)
                           + f" | {prior['perQuestionType'][kind]:.2f} |" for kind in per_type[labels[0]])
     model, train, sla = cfg.model, cfg.train, cfg.model.options["attention"]["options"]
     schedule = ", ".join(f"{key} {value}" for key, value in train.schedule.options.items())
@@ -87,7 +87,13 @@ split, official VQA accuracy in percent (mean ± sample deviation over the seeds
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Per question type:
+Overall test accuracy per seed ({', '.join(map(str, args.seeds))}):
+
+| model | {' | '.join(f'seed {s}' for s in args.seeds)} |
+|---|{'---|' * len(args.seeds)}
+{chr(10).join(per_seed)}
+
+Per question type (mean ± sample deviation over the seeds):
 
 | question type | {' | '.join(labels)} | majority |
 |---|---|---|---|

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from results import write_section
+from results import mean_sd, write_section
 
 from vlattn.config import load_config
 from vlattn.data.vocab import Vocabulary
@@ -56,12 +55,6 @@ def val_curve(out: Path) -> list[float]:
     return [row["CIDEr"] for row in rows if row["kind"] == "val"]
 
 
-def spread(values: list[float]) -> str:
-    """mean ± sample standard deviation."""
-    deviation = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.3f} ± {deviation:.3f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a `vlattn data synth` output directory")
@@ -81,7 +74,7 @@ def main() -> None:
         cfg = load_config(config, [f"data.root={args.data}", *args.overrides])
         vocab = Vocabulary.load(args.runs / f"{name}-s{args.seeds[0]}" / "vocab-words.json")
         parameters = trainable(build_captioner(cfg.model, len(vocab)))
-        cells = [spread([r[m] for r in results]) if all(m in r for r in results) else "n/a" for m in METRICS]
+        cells = [mean_sd([r[m] for r in results], 3) if all(m in r for r in results) else "n/a" for m in METRICS]
         rows.append(f"| {label} | {parameters:,} | " + " | ".join(cells) + " |")
         seeds_rows.append(f"| {label} | " + " | ".join(f"{r['CIDEr']:.3f}" for r in results) + " |")
         for seed in args.seeds:

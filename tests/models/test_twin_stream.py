@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 from registry_cases import FEATURE_DIM, random_boxes
+from torch import nn
 
 from vlattn.config import ModelConfig, load_config
 from vlattn.errors import ConfigError
 from vlattn.layers.pooling import masked_mean
+from vlattn.models.question import QuestionEncoder
 from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream, question_state
 
 WORDS, ANSWERS, M = 30, 7, 8
@@ -141,6 +143,54 @@ def test_l2_features_and_glorot_initialisation() -> None:
     pooled = torch.cat(scaled)
     assert pooled.abs().max() <= 1 and abs(pooled.std() - 3 ** -0.5) < 0.03
     assert not model.question.word_embedding.weight[0].any()  # the padding row
+
+
+@pytest.mark.parametrize("attention", ["sla", "stacked"])
+@pytest.mark.parametrize(
+    ("overrides", "weights", "words"),
+    [
+        ({"dropout": 0.3}, 0.3, None),  # the default: model.dropout on the weights, nothing on the words
+        ({"dropout": 0.3, "attention_dropout": 0.0, "embedding_dropout": 0.2}, 0.0, 0.2),
+        ({"dropout": 0.0, "attention_dropout": 0.4, "embedding_dropout": 0.0}, 0.4, None),
+    ],
+)
+def test_attention_and_embedding_dropout_options(attention: str, overrides: dict, weights: float, words) -> None:
+    """model.attention_dropout replaces model.dropout on both streams' attention weights; model.embedding_dropout
+    adds one dropout module on the question words; the classifier keeps model.dropout."""
+    options = {"attention": {"name": attention}, "word_dim": 6, "lstm_dim": 5, "fusion_dim": 9}
+    model = build_twin_stream(ModelConfig(feature_dim=FEATURE_DIM, d_model=M, options=options, **overrides),
+                              WORDS, ANSWERS)
+    assert model.visual.dropout == model.textual.dropout == weights
+    assert [m.p for m in model.question.modules() if isinstance(m, nn.Dropout)] == ([] if words is None else [words])
+    assert [m.p for m in model.classifier.modules() if isinstance(m, nn.Dropout)] == [overrides["dropout"]]
+
+
+@pytest.mark.parametrize("attention", ["sla", "stacked"])
+def test_attention_dropout_reaches_the_weights(attention: str) -> None:
+    """With model.dropout 0, a train-mode forward equals the eval-mode one unless model.attention_dropout is set."""
+    inputs = vqa_inputs()
+    for rate, stochastic in ((None, False), (0.5, True)):
+        cfg = ModelConfig(feature_dim=FEATURE_DIM, d_model=M, dropout=0.0, attention_dropout=rate,
+                          options={"attention": {"name": attention}, "word_dim": 6, "lstm_dim": 5, "fusion_dim": 9})
+        model = build_twin_stream(cfg, WORDS, ANSWERS)
+        evaluated = model.eval()(inputs)
+        torch.manual_seed(0)
+        trained = model.train()(inputs)
+        assert torch.allclose(trained, evaluated) != stochastic
+
+
+def test_embedding_dropout_on_the_question_words() -> None:
+    """Each LSTM input element is the word embedding's, zeroed or scaled by 1 / (1 - p) (inverted dropout)."""
+    encoder = QuestionEncoder(WORDS, 6, 5, embedding_dropout=0.5).train()
+    seen: list[torch.Tensor] = []
+    encoder.lstm.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    questions = vqa_inputs()["questions"]
+    torch.manual_seed(0)
+    encoder(questions)
+    embedded = encoder.word_embedding(questions)  # (B, L, E)
+    kept = seen[0] != 0
+    assert 0 < kept.float().mean() < 1
+    torch.testing.assert_close(seen[0][kept], 2 * embedded[kept])
 
 
 @pytest.mark.parametrize(

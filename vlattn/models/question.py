@@ -29,18 +29,20 @@ from vlattn.training.prepare import PrepareResources
 
 class QuestionEncoder(nn.Module):
     """``forward(questions (B, L) word ids, mask (B, L)) -> (B, L, hidden)``, or (B, L, 2 hidden) with
-    ``bidirectional`` (forward and backward states side by side)."""
+    ``bidirectional`` (forward and backward states side by side). ``embedding_dropout`` > 0 adds dropout on the
+    word embeddings before the LSTM (none otherwise)."""
 
     def __init__(self, num_words: int, word_dim: int, hidden: int, pad_id: int = 0, *,
-                 bidirectional: bool = False) -> None:
+                 bidirectional: bool = False, embedding_dropout: float = 0.0) -> None:
         super().__init__()
         self.word_embedding = nn.Embedding(num_words, word_dim, padding_idx=pad_id)
+        self.word_dropout = nn.Dropout(embedding_dropout) if embedding_dropout else nn.Identity()
         self.lstm = nn.LSTM(word_dim, hidden, batch_first=True, bidirectional=bidirectional)
 
     def forward(self, questions: Tensor, mask: Tensor | None = None) -> Tensor:
         """Word ids (B, L) -> LSTM outputs (B, L, hidden x directions); the bi-directional encoder needs the
         question ``mask`` (B, L) (True = word)."""
-        words = self.word_embedding(questions)  # (B, L, E)
+        words = self.word_dropout(self.word_embedding(questions))  # (B, L, E)
         if not self.lstm.bidirectional:
             return self.lstm(words)[0]
         if mask is None:
@@ -56,8 +58,9 @@ class PretrainedQuestionEncoder(QuestionEncoder):
     of ``word_dim``-d vectors) are set by its ``prepare`` hook."""
 
     def __init__(self, num_words: int, word_dim: int, hidden: int, pad_id: int, word_vectors: str, *,
-                 bidirectional: bool = False) -> None:
-        super().__init__(num_words, word_dim, hidden, pad_id, bidirectional=bidirectional)
+                 bidirectional: bool = False, embedding_dropout: float = 0.0) -> None:
+        super().__init__(num_words, word_dim, hidden, pad_id, bidirectional=bidirectional,
+                         embedding_dropout=embedding_dropout)
         self.word_vectors = word_vectors
 
     def prepare(self, resources: PrepareResources) -> str:
@@ -71,8 +74,9 @@ class PretrainedQuestionEncoder(QuestionEncoder):
 
 
 def question_encoder(num_words: int, word_dim: int, hidden: int, pad_id: int, word_vectors: str | None, *,
-                     bidirectional: bool = False) -> QuestionEncoder:
+                     bidirectional: bool = False, embedding_dropout: float = 0.0) -> QuestionEncoder:
     """The question encoder, initialised from ``word_vectors`` in its ``prepare`` hook when a file is given."""
+    options = dict(bidirectional=bidirectional, embedding_dropout=embedding_dropout)
     if word_vectors:
-        return PretrainedQuestionEncoder(num_words, word_dim, hidden, pad_id, word_vectors, bidirectional=bidirectional)
-    return QuestionEncoder(num_words, word_dim, hidden, pad_id, bidirectional=bidirectional)
+        return PretrainedQuestionEncoder(num_words, word_dim, hidden, pad_id, word_vectors, **options)
+    return QuestionEncoder(num_words, word_dim, hidden, pad_id, **options)

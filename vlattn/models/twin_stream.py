@@ -36,7 +36,10 @@ open there hold here too. Those of this model:
 6. Initialisation: "all model parameters are initialized as suggested by Glorot et al." (``init: glorot``, the
    default: :func:`vlattn.models.init.glorot`, Xavier-uniform weights and zero biases); ``torch`` keeps each
    module's own.
-7. Not stated by the paper, so they are the VQA task's: the loss (binary cross-entropy on the soft scores of
+7. Dropout (the paper states none; 0.5 in ``configs/vqa-sla.yaml`` is ours): ``model.dropout`` on the
+   classifier's hidden layer and, unless ``model.attention_dropout`` is set, on every unit's attention weights;
+   ``model.embedding_dropout`` adds dropout on the question word embeddings (none when null or 0).
+8. Not stated by the paper, so they are the VQA task's: the loss (binary cross-entropy on the soft scores of
    the ten human answers), the candidate answers C (``data.answer_min_count``), the learning rate and its
    schedule. Its batch (800 on 8 GPUs) and Adam betas (0.9, 0.999) are settings of ``configs/vqa-sla.yaml``.
 
@@ -65,6 +68,7 @@ from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.layers.pooling import masked_mean
 from vlattn.models.init import glorot
 from vlattn.models.question import QuestionEncoder, question_encoder
+from vlattn.models.transformer import first_set
 
 
 @dataclass
@@ -238,7 +242,8 @@ class TwinStreamVQA(nn.Module):
 
 def build_twin_stream(cfg: ModelConfig, vocab_size: int, num_answers: int, pad_id: int = 0) -> TwinStreamVQA:
     """The twin-stream model of ``cfg``: it reads ``feature_dim``, ``d_model`` (the units' hidden size m; Fig. 4:
-    256, 512, 1024), ``dropout`` (attention weights and the classifier), ``box_input`` and ``options``
+    256, 512, 1024), ``dropout`` (the classifier; the attention weights unless ``attention_dropout`` is set),
+    ``attention_dropout``, ``embedding_dropout`` (question words; default none), ``box_input`` and ``options``
     (:class:`TwinStreamOptions`)."""
     options = parse_options(TwinStreamOptions, cfg.options, "model.options")
     where = "model.options.attention"
@@ -246,9 +251,10 @@ def build_twin_stream(cfg: ModelConfig, vocab_size: int, num_answers: int, pad_i
     unit_options = parse_options(options_cls, options.attention.options, f"{where}.options")
     visual_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     text_dim = 2 * options.lstm_dim
-    sizes = dict(hidden=cfg.d_model, fusion_dim=options.fusion_dim, dropout=cfg.dropout)
+    attention_dropout = first_set(cfg.attention_dropout, cfg.dropout)
+    sizes = dict(hidden=cfg.d_model, fusion_dim=options.fusion_dim, dropout=attention_dropout)
     question = question_encoder(vocab_size, options.word_dim, options.lstm_dim, pad_id, cfg.word_vectors,
-                                bidirectional=True)
+                                bidirectional=True, embedding_dropout=first_set(cfg.embedding_dropout, 0.0))
     visual = make_stream(unit_options, visual_dim, text_dim, positional=True, **sizes)
     textual = make_stream(unit_options, text_dim, visual_dim, positional=False, **sizes)
     classifier = nn.Sequential(
