@@ -222,3 +222,24 @@ def test_vqa_presets_load_and_build(preset: str) -> None:
     with torch.device("meta"):
         model = build_vqa_model(cfg.model, 100, 20)
     assert len(model.backbone_layers()) == cfg.model.encoder_layers + cfg.model.decoder_layers
+
+
+def test_mcan_embedding_dropout_acts_on_the_question_words_only() -> None:
+    """model.embedding_dropout: none by default (released MCAN); when set, the question encoder's word dropout has
+    that rate, the LSTM receives the embeddings zeroed or scaled by 1/(1-p) in training and unchanged in eval."""
+    assert isinstance(build_vqa_model(tiny_model_config("mcan"), VOCAB, ANSWERS).question.word_dropout, nn.Identity)
+    model = build_vqa_model(tiny_model_config("mcan", embedding_dropout=0.5), VOCAB, ANSWERS)
+    dropout = model.question.word_dropout
+    assert isinstance(dropout, nn.Dropout) and dropout.p == 0.5
+    words = torch.tensor([[3, 4, 5, 6]])
+    embedded = model.question.word_embedding(words)
+    seen: list[torch.Tensor] = []
+    model.question.lstm.register_forward_hook(lambda module, args, out: seen.append(args[0].detach()))
+    torch.manual_seed(0)
+    model.train()
+    model.question(words)
+    model.eval()
+    model.question(words)
+    ratio = seen[0] / embedded.detach()
+    assert torch.all((ratio.abs() < 1e-6) | ((ratio - 2.0).abs() < 1e-5)) and (ratio.abs() < 1e-6).any()
+    assert torch.equal(seen[1], embedded.detach())

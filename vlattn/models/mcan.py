@@ -39,6 +39,9 @@ NG-SAN's VQA model (Guo et al. 2020, Table 9 "+GSA"; configs/vqa-mcan-gsa.yaml) 
 ``model.decoder_self_attention``: every image self-attention layer adds the geometric bias of the region boxes
 (one :class:`~vlattn.layers.BoxGeometry` per forward pass, shared by the layers). ``model.box_encoding`` (the
 captioners' absolute box encoding) is refused: the boxes reach MCAN through ``model.box_input`` or GSA.
+
+``model.embedding_dropout`` adds dropout on the question's word embeddings, before the LSTM (default none, as
+in the released code).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.models.encoder import EncoderLayer
 from vlattn.models.question import QuestionEncoder, question_encoder
 from vlattn.models.reduction import AttentionalReduction
-from vlattn.models.transformer import Parts
+from vlattn.models.transformer import Parts, first_set
 
 
 @dataclass
@@ -247,7 +250,8 @@ def mcan_stems(cfg: ModelConfig, options: MCANOptions, num_words: int, pad_id: i
         return AttentionalReduction(d, options.flat_hidden or d, options.flat_glimpses, flat_out, cfg.dropout)
 
     return MCANStems(
-        question=question_encoder(num_words, options.word_dim, d, pad_id, cfg.word_vectors),
+        question=question_encoder(num_words, options.word_dim, d, pad_id, cfg.word_vectors,
+                                  embedding_dropout=first_set(cfg.embedding_dropout, 0.0)),  # released MCAN: none
         image_proj=nn.Linear(cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0), d),
         flat_out=flat_out,
         reduction=reduction,
