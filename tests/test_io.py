@@ -73,3 +73,29 @@ def test_replace_dir_puts_the_old_directory_back_when_the_second_rename_fails(
     monkeypatch.undo()
     assert (path / "a").read_text() == "old" and (tmp / "a").read_text() == "new"
     assert not swap_partner(tmp).exists()
+
+
+def test_failed_writes_remove_only_their_own_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """atomic_path and save_checkpoint delete their own temporary when the write fails; the old file/checkpoint
+    and a user's files beside them stay."""
+    import vlattn.training.checkpoint as checkpoint
+    from vlattn.config import load_config
+    from vlattn.io import atomic_path
+    from vlattn.models import build_captioner
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "out.json").write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "out.json") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    cfg = load_config("configs/demo.yaml")
+    model = build_captioner(cfg.model, 12)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_config", broken)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_checkpoint(tmp_path / "ckpt", model, cfg, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "out.json"]
+    assert (tmp_path / "out.json").read_text() == "old" and (tmp_path / "notes.txt").read_text() == "mine"
