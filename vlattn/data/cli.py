@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from vlattn.data.features import FORMATS, convert_store, open_store
+from vlattn.errors import ConfigError
 
 app = typer.Typer(
     help="Data sets and region-feature stores: convert layouts, generate synthetic scenes.", no_args_is_help=True
@@ -61,6 +62,17 @@ def synth(
         None, "--confound", help="attribute:shape pair bound together in the train split, e.g. red:circle or "
         "large:star (repeatable). val/test stay unconfounded; statistics go to OUT/confound.json."),
     confound_p: float = typer.Option(0.9, "--confound-p", help="Probability that a train object of the shape has the attribute."),
+    cooccur: Optional[List[str]] = typer.Option(
+        None, "--cooccur", help="shape:shape pair A:B, e.g. circle:star: a train image with an A holds a B with "
+        "probability --cooccur-p (repeatable; val/test independent)."),
+    cooccur_p: float = typer.Option(0.9, "--cooccur-p", help="Probability that a train image with an A holds a B."),
+    ambiguous: float = typer.Option(
+        0.0, "--ambiguous", help="Fraction of objects (every split) drawn in shadow: colour barely visible, "
+        "not taught to the extractor; captions still say it (needs --confound or --cooccur)."),
+    ambiguous_contrast: float = typer.Option(
+        0.0, "--ambiguous-contrast", help="How much colour the shadowed objects keep (0: none, 1: all)."),
+    missed: float = typer.Option(
+        0.0, "--missed", help="Fraction of the B objects of --cooccur A:B the detector misses (every split)."),
     feature_dim: int = typer.Option(512, "--feature-dim", help="Dimension D of the region features."),
     grid: int = typer.Option(0, "--grid", help="Also write a K x K grid of features per image to OUT/grid_features (0 = no)."),
     image_size: int = typer.Option(80, "--image-size", help="Image side in pixels."),
@@ -73,10 +85,17 @@ def synth(
     """Generate the synthetic captioning + VQA data set (images, captions, VQA, ground truth, features).
 
     Example: vlattn data synth --out data/synth --confound red:circle --confound-p 0.9
+    (docs/catt.md: the bias benchmark's set adds --cooccur circle:star --ambiguous 0.5 --missed 0.5)
     """
     from vlattn.data.synth import Confound, generate
 
-    spec = Confound.parse(confound, confound_p) if confound else None
+    evidence = {"cooccur_p": cooccur_p, "ambiguous": ambiguous, "contrast": ambiguous_contrast, "missed": missed}
+    if confound or cooccur:
+        spec = Confound.parse(confound or [], confound_p, cooccur=cooccur or [], **evidence)
+    elif ambiguous or ambiguous_contrast or missed:
+        raise ConfigError("--ambiguous, --ambiguous-contrast and --missed need --confound or --cooccur")
+    else:
+        spec = None
     generate(out, images, seed, spec, feature_dim, image_size=image_size, val_size=val, test_size=test, grid=grid,
              extractor_epochs=epochs, overwrite=overwrite, log=typer.echo)
     typer.echo(f"wrote {images} images to {out}")

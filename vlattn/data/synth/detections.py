@@ -35,16 +35,18 @@ def _overlaps_any(box: np.ndarray, scene: Scene) -> bool:
     )
 
 
-def detect(scene: Scene, rng: np.random.Generator) -> Detections:
-    """Jittered object boxes and background boxes that overlap no object, in a random order."""
+def detect(scene: Scene, rng: np.random.Generator, missed: frozenset[int] = frozenset()) -> Detections:
+    """Jittered object boxes (but none for the objects ``missed``) and background boxes that overlap no object, in
+    a random order."""
     size = scene.image_size
     boxes: list[np.ndarray] = []
-    for obj in scene.objects:
+    for obj in scene.objects:  # every object draws its jitter, so a miss changes no other box
         box = np.array(obj.box, dtype=np.float64)
         side = box[2] - box[0]
         box = np.clip(box + rng.normal(0.0, JITTER * side, size=4), 0, size)
         boxes.append(np.array([box[0], box[1], max(box[2], box[0] + 2), max(box[3], box[1] + 2)]))
-    objects = list(range(len(scene.objects)))
+    objects = [k for k in range(len(scene.objects)) if k not in missed]
+    boxes = [boxes[k] for k in objects]
     for _ in range(int(rng.integers(MAX_DISTRACTORS + 1))):
         for _ in range(DISTRACTOR_TRIES):
             side = rng.uniform(*DISTRACTOR_SIDE) * size

@@ -86,7 +86,8 @@ def generate(
     with atomic_dir(out, overwrite, kind=SYNTHETIC_SET, replaces=(SYNTHETIC_SET,), what="a synthetic data set") as root:
         samples = [
             make_sample(
-                image_id, split, seed=seed, image_size=image_size, attributes=samplers[split], answer_noise=answer_noise
+                image_id, split, seed=seed, image_size=image_size, attributes=samplers[split], answer_noise=answer_noise,
+                confound=confound,
             )
             for image_id, split in enumerate(splits, start=1)
         ]

@@ -14,6 +14,8 @@ from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_
 from vlattn.data.text import tokenize
 
 from .confound import Confound, cooccurrence
+from .cooccur import cooccurrence_statistics
+from .evidence import evidence_statistics
 from .featurize import Featurized
 from .sample import Sample
 
@@ -101,6 +103,14 @@ def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized
 
 
 def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) -> None:
-    """``confound.json``: the options and the realised co-occurrence statistics per split."""
+    """``confound.json``: the options and the realised statistics per split: attribute co-occurrence
+    (``statistics``), object co-occurrence (``cooccurrence``) and weak evidence (``evidence``: ambiguous objects,
+    missed detections)."""
     objects = ((s.scene.split, o.to_json()) for s in samples for o in s.scene.objects)
-    write_json(root / "confound.json", {**confound.to_json(), "statistics": cooccurrence(objects, confound)})
+    shapes = ((s.scene.split, {o.shape for o in s.scene.objects}) for s in samples)
+    seen = ((s.scene.split, [o.to_json() for o in s.scene.objects], set(s.detections.objects)) for s in samples)
+    write_json(root / "confound.json", {
+        **confound.to_json(), "statistics": cooccurrence(objects, confound),
+        "cooccurrence": cooccurrence_statistics(shapes, confound.cooccur),
+        "evidence": evidence_statistics(seen, [b for _, b in confound.cooccur]),
+    })

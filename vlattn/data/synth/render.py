@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageDraw
 
+from .evidence import shadow_fill
 from .lexicon import COLOURS
 from .scene import Scene
 
@@ -43,8 +44,9 @@ OUTLINES: dict[str, Callable[[float, float, float, float], Points]] = {
 }
 
 
-def render_scene(scene: Scene, rng: np.random.Generator) -> np.ndarray:
-    """The scene as a uint8 array (S, S, 3); ``rng`` draws the background and colour jitter."""
+def render_scene(scene: Scene, rng: np.random.Generator, contrast: float = 0.0) -> np.ndarray:
+    """The scene as a uint8 array (S, S, 3); ``rng`` draws the background and colour jitter. Ambiguous objects are
+    drawn in shadow at ``contrast`` (:func:`.evidence.shadow_fill`)."""
     size = scene.image_size
     grey = BACKGROUND + rng.uniform(-BACKGROUND_SPREAD, BACKGROUND_SPREAD)
     noise = rng.normal(grey, NOISE_STD, size=(size, size, 3))
@@ -52,7 +54,8 @@ def render_scene(scene: Scene, rng: np.random.Generator) -> np.ndarray:
     draw = ImageDraw.Draw(image)
     for obj in scene.objects:
         jitter = rng.integers(-COLOUR_JITTER, COLOUR_JITTER + 1, size=3)
-        fill = tuple(int(v) for v in np.clip(np.array(COLOURS[obj.colour]) + jitter, 0, 255))
+        colour = shadow_fill(COLOURS[obj.colour], contrast) if obj.ambiguous else np.array(COLOURS[obj.colour])
+        fill = tuple(int(v) for v in np.clip(np.rint(colour) + jitter, 0, 255))
         x1, y1, x2, y2 = obj.box
         box = (x1, y1, x2 - 1, y2 - 1)  # Pillow's boxes include their last pixel
         if obj.shape == "circle":

@@ -30,6 +30,7 @@ class SceneObject:
     colour: str
     size: str
     box: tuple[int, int, int, int]
+    ambiguous: bool = False  # drawn in shadow: its colour barely visible (see .evidence)
 
     @property
     def attributes(self) -> dict[str, str]:
@@ -37,7 +38,8 @@ class SceneObject:
         return {key: getattr(self, key) for key in ATTRIBUTE_KEYS}
 
     def to_json(self) -> dict:
-        return {**self.attributes, "box": list(self.box)}
+        """``{"size", "colour", "shape", "box"}``, and ``"ambiguous": true`` for an object drawn in shadow."""
+        return {**self.attributes, "box": list(self.box), **({"ambiguous": True} if self.ambiguous else {})}
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,24 @@ def _cell_span(index: int, image_size: int) -> tuple[int, int]:
     return math.ceil(index * cell) + 1, math.floor((index + 1) * cell) - 1
 
 
+def place(
+    rng: np.random.Generator, cell: int, shape: str, colour: str, size: str, image_size: int
+) -> SceneObject:
+    """An object of the given attributes at a random place in ``cell`` (0..8, row by row) with a side drawn for
+    its size."""
+    row, column = divmod(cell, CELLS)
+    (x_lo, x_hi), (y_lo, y_hi) = _cell_span(column, image_size), _cell_span(row, image_size)
+    side = min(int(round(rng.uniform(*SIDE_RANGE[size]) * image_size)), x_hi - x_lo, y_hi - y_lo)
+    x1, y1 = int(rng.integers(x_lo, x_hi - side + 1)), int(rng.integers(y_lo, y_hi - side + 1))
+    return SceneObject(shape, colour, size, (x1, y1, x1 + side, y1 + side))
+
+
+def cell_of(obj: SceneObject, image_size: int) -> int:
+    """The cell (0..8, row by row) holding ``obj``."""
+    column, row = (min(int(CELLS * v / image_size), CELLS - 1) for v in obj.box[:2])
+    return row * CELLS + column
+
+
 def sample_scene(
     rng: np.random.Generator, image_id: int, split: str, image_size: int, attributes: AttributeSampler
 ) -> Scene:
@@ -71,9 +91,5 @@ def sample_scene(
     for cell in rng.choice(CELLS * CELLS, size=count, replace=False):
         shape = SHAPES[int(rng.integers(len(SHAPES)))]
         colour, size = attributes(rng, shape)
-        row, column = divmod(int(cell), CELLS)
-        (x_lo, x_hi), (y_lo, y_hi) = _cell_span(column, image_size), _cell_span(row, image_size)
-        side = min(int(round(rng.uniform(*SIDE_RANGE[size]) * image_size)), x_hi - x_lo, y_hi - y_lo)
-        x1, y1 = int(rng.integers(x_lo, x_hi - side + 1)), int(rng.integers(y_lo, y_hi - side + 1))
-        objects.append(SceneObject(shape, colour, size, (x1, y1, x1 + side, y1 + side)))
+        objects.append(place(rng, int(cell), shape, colour, size, image_size))
     return Scene(image_id, split, image_size, tuple(objects))
