@@ -16,9 +16,9 @@ last checkpoint. ``--collect-only`` only writes the table from what exists. Ever
 
 Extra columns (:func:`measures`), on the colour words said of a shape in a test image whose objects of that shape
 are all drawn in shadow (``amb.``) or all clear: ``A@Attr amb. circle`` / ``amb. other`` / ``clear`` (their
-accuracy), ``red|amb. circle`` and ``red|amb. other`` (the share saying "red"; the test images' rate is ~1/8, the
-training circles' 0.9), ``amb. circle words`` (how many words the two circle columns rest on); and ``star|circle``
-/ ``star|no circle``: the share of captions naming a star in test images without a star that hold a circle / that
+accuracy), ``red: amb. circle`` and ``red: amb. other`` (the share saying "red"; the test images' rate is ~1/8, the
+training circles' 0.9), ``amb. circle words`` (how many words the two circle columns rest on); and ``star: circle``
+/ ``star: no circle``: the share of captions naming a star in test images without a star that hold a circle / that
 hold none (the co-occurrence's hallucination, and its control).
 """
 
@@ -45,14 +45,14 @@ VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config,
     "base": ("Transformer", "configs/demo.yaml", []),
     "catt": ("Transformer+CATT (D#500)", "configs/catt-demo.yaml", []),
     "wo_init": ("CATT w/o Init (random U(0, 0.01))", "configs/catt-demo.yaml",
-                [*(DICTIONARY.format(d, "init", "random") for d in BOTH)]),
-    "wo_share": ("CATT w/o Share", "configs/catt-demo.yaml", [*"model.options.share=false"]),
+                [DICTIONARY.format(d, "init", "random") for d in BOTH]),
+    "wo_share": ("CATT w/o Share", "configs/catt-demo.yaml", ["model.options.share=false"]),
     "d100": ("CATT D#100", "configs/catt-demo.yaml",
-             [*(DICTIONARY.format(d, "size", 100) for d in BOTH)]),
+             [DICTIONARY.format(d, "size", 100) for d in BOTH]),
     "d200": ("CATT D#200", "configs/catt-demo.yaml",
-             [*(DICTIONARY.format(d, "size", 200) for d in BOTH)]),
+             [DICTIONARY.format(d, "size", 200) for d in BOTH]),
     "d1000": ("CATT D#1000", "configs/catt-demo.yaml",
-              [*(DICTIONARY.format(d, "size", 1000) for d in BOTH)]),
+              [DICTIONARY.format(d, "size", 1000) for d in BOTH]),
     "updown": ("Up-Down", "configs/updown-demo.yaml", []),
     "updown_catt": ("Up-Down+CATT (D#100)", "configs/updown-catt-demo.yaml", []),
 }
@@ -60,9 +60,9 @@ MAIN = ("base", "catt", "updown", "updown_catt")  # Table 2's rows: run first
 CONFOUNDED = "circle"  # the shape whose colour (red) and company (star) the training data bind
 HALLUCINATED = "star"
 COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr amb. circle", "A@Attr amb. other", "A@Attr clear",
-           "red|amb. circle", "red|amb. other", "star|circle", "star|no circle", "amb. circle words")
-LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red|amb. circle", "star|circle", "star|no circle"}
-NEUTRAL = {"red|amb. other", "amb. circle words"}  # a control rate and a count: no better/worse direction
+           "red: amb. circle", "red: amb. other", "star: circle", "star: no circle", "amb. circle words")
+LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red: amb. circle", "star: circle", "star: no circle"}
+NEUTRAL = {"red: amb. other", "amb. circle words"}  # a control rate and a count: no better/worse direction
 COUNTS = {"amb. circle words"}
 
 
@@ -108,13 +108,13 @@ def measures(run: Path, report: dict, scenes: dict[int, dict]) -> dict[str, floa
     predictions = json.loads((run / "eval" / "test_predictions.json").read_text())
     lexicon = synthetic_lexicon()
     words: dict[str, list[tuple[str, bool]]] = {"amb. circle": [], "amb. other": [], "clear": []}
-    star: dict[str, list[bool]] = {"star|circle": [], "star|no circle": []}
+    star: dict[str, list[bool]] = {"star: circle": [], "star: no circle": []}
     for row in predictions:
         objects = scenes[int(row["image_id"])]["objects"]
         shapes = {o["shape"] for o in objects}
         mentions = read_caption(row["caption"], lexicon)
         if HALLUCINATED not in shapes:
-            star["star|circle" if CONFOUNDED in shapes else "star|no circle"].append(HALLUCINATED in mentions.objects)
+            star["star: circle" if CONFOUNDED in shapes else "star: no circle"].append(HALLUCINATED in mentions.objects)
         for colour, shape in mentions.attributes:
             described = [o for o in objects if o["shape"] == shape]
             shadowed = {bool(o.get("ambiguous")) for o in described}
@@ -125,7 +125,7 @@ def measures(run: Path, report: dict, scenes: dict[int, dict]) -> dict[str, floa
     for group, said in words.items():
         values[f"A@Attr {group}"] = rate([ok for _, ok in said])
     for group in ("amb. circle", "amb. other"):
-        values[f"red|{group}"] = rate([colour == "red" for colour, _ in words[group]])
+        values[f"red: {group}"] = rate([colour == "red" for colour, _ in words[group]])
     values.update({name: rate(hits) for name, hits in star.items()})
     values["amb. circle words"] = len(words["amb. circle"])
     return values

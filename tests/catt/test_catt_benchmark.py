@@ -50,6 +50,8 @@ def test_transformer_variants_build_what_their_rows_name(driver, key: str) -> No
     kind, image, word, share, init = EXPECTED[key]
     cfg, model = built(driver, key)
     assert cfg.model.kind == kind and (cfg.model.d_model, cfg.model.encoder_layers) == (128, 2)
+    # like for like: the dropout of the baseline Transformer, none on the attention weights
+    assert (cfg.model.dropout, cfg.model.attention_dropout) == (built(driver, "base")[0].model.dropout, None)
     if image is None:
         assert not any(name.endswith("dictionary.entries") for name, _ in model.named_parameters())
         return
@@ -76,17 +78,32 @@ def test_commands_group_the_variants_by_their_seeds(driver) -> None:
     ]
 
 
-def test_circle_columns_count_the_colour_words_said_of_circles(driver, tmp_path: Path) -> None:
-    """Image 1 holds a blue circle and a white star, image 2 a red circle: three colour words describe circles
-    (red: wrong, blue: right, red: right), one a star."""
+def test_bias_columns_by_hand(driver, tmp_path: Path) -> None:
+    """Image 1: an ambiguous red circle and a clear white star; 2: an ambiguous blue circle and an ambiguous green
+    square; 3: a clear green circle (no star); 4: a clear black square. The captions say red of both ambiguous
+    circles (right, wrong), red of the ambiguous square (wrong), the clear objects' colours right, and a star in
+    image 3 (a circle without a star) but not in 2 (the same) or 4 (neither)."""
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
-    captions = [{"image_id": 1, "caption": "a large red circle and a big white star"},
-                {"image_id": 1, "caption": "one blue circle"}, {"image_id": 2, "caption": "a small red circle"}]
-    (run / "eval" / "test_predictions.json").write_text(json.dumps(captions))
-    truth = {1: {("blue", "circle"), ("white", "star")}, 2: {("red", "circle")}}
+    captions = ["a large red circle and a big white star", "a red circle and a red square",
+                "one green circle and one star", "a black square"]
+    (run / "eval" / "test_predictions.json").write_text(json.dumps(
+        [{"image_id": k, "caption": c} for k, c in enumerate(captions, start=1)]))
+
+    def obj(shape: str, colour: str, ambiguous: bool = False) -> dict:
+        return {"shape": shape, "colour": colour, **({"ambiguous": True} if ambiguous else {})}
+
+    scenes = {1: {"objects": [obj("circle", "red", True), obj("star", "white")]},
+              2: {"objects": [obj("circle", "blue", True), obj("square", "green", True)]},
+              3: {"objects": [obj("circle", "green")]}, 4: {"objects": [obj("square", "black")]}}
     report = {"scores": {"CIDEr": 0.5, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}
-    values = driver.measures(run, report, truth)
-    assert values == {**report["scores"], "A@Attr circle": pytest.approx(2 / 3), "red:circle": pytest.approx(2 / 3),
-                      "circle colours": 3}
+    values = driver.measures(run, report, scenes)
+    assert values == {**report["scores"], "A@Attr amb. circle": 0.5, "A@Attr amb. other": 0.0, "A@Attr clear": 1.0,
+                      "red: amb. circle": 1.0, "red: amb. other": 1.0, "star: circle": 0.5, "star: no circle": 0.0,
+                      "amb. circle words": 2}
     assert driver.fmt([3, 5, float("nan")], 1) == "4.0 ± 1.4 (2 seeds)"
+
+
+def test_main_variants_run_first(driver) -> None:
+    assert driver.schedule(["d100", "base", "catt"], [1, 2]) == [("base", 1), ("catt", 1), ("base", 2), ("catt", 2),
+                                                                  ("d100", 1), ("d100", 2)]
