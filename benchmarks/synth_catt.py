@@ -64,6 +64,10 @@ COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr amb. circle", "A@Att
 LOWER_IS_BETTER = {"CHAIR_s", "CHAIR_i", "red: amb. circle", "star: circle", "star: no circle"}
 NEUTRAL = {"red: amb. other", "amb. circle words"}  # a control rate and a count: no better/worse direction
 COUNTS = {"amb. circle words"}
+# variant -> what its paired difference is taken against (Table 2: the baseline; Table 6: Transformer+CATT)
+REFERENCE = {"catt": "base", "updown_catt": "updown", "wo_init": "catt", "wo_share": "catt", "d100": "catt",
+             "d200": "catt", "d1000": "catt"}
+PAIRED_COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr amb. circle", "red: amb. circle", "star: circle")
 
 
 def vlattn(*args: str) -> list[str]:
@@ -141,6 +145,19 @@ def fmt(values: list[float], digits: int = 3) -> str:
     return f"{statistics.mean(known):.{digits}f} ± {statistics.stdev(known):.{digits}f}{note}"
 
 
+def paired(results: dict[str, dict[int, dict[str, float]]]) -> list[str]:
+    """Rows of per-seed differences (variant − its reference of :data:`REFERENCE`, the same seed), mean ± sample
+    standard deviation over the seeds both have, for the columns of :data:`PAIRED_COLUMNS`."""
+    rows = []
+    for key, reference in REFERENCE.items():
+        seeds = sorted(set(results.get(key, {})) & set(results.get(reference, {})))
+        if not seeds:
+            continue
+        cells = [fmt([results[key][s][c] - results[reference][s][c] for s in seeds]) for c in PAIRED_COLUMNS]
+        rows.append(f"| {VARIANTS[key][0]} − {VARIANTS[reference][0]} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def data_command(root: Path) -> str:
     """The `vlattn data synth` call that made the data set at ``root`` (from its scenes.json and confound.json)."""
     info = json.loads((root / "scenes.json").read_text())["info"]
@@ -176,7 +193,7 @@ def driver_commands(evaluated: dict[str, list[int]], args: argparse.Namespace) -
 def table(args: argparse.Namespace) -> str:
     """The results section (means ± sample standard deviations over the evaluated seeds)."""
     scenes = {int(i["image_id"]): i for i in json.loads((args.data / "scenes.json").read_text())["images"]}
-    rows, per_seed, evaluated = [], [], {}
+    rows, per_seed, evaluated, results = [], [], {}, {}
     for key in args.variants:
         name, config, overrides = VARIANTS[key]
         seeds = [s for s in args.seeds if (args.runs / f"{key}-s{s}.eval.json").exists()]
@@ -185,6 +202,7 @@ def table(args: argparse.Namespace) -> str:
         evaluated[key] = seeds
         runs = {s: measures(args.runs / f"{key}-s{s}", json.loads((args.runs / f"{key}-s{s}.eval.json").read_text()),
                             scenes) for s in seeds}
+        results[key] = runs
         rows.append(f"| {name} | {len(seeds)} | " + " | ".join(fmt([runs[s][c] for s in seeds], 1 if c in COUNTS else 3)
                                                               for c in COLUMNS) + " |")
         per_seed += [f"| {name} | {s} | " + " | ".join(f"{runs[s][c]:{'.0f' if c in COUNTS else '.3f'}}" for c in COLUMNS)
@@ -193,8 +211,12 @@ def table(args: argparse.Namespace) -> str:
     header = "| model | seeds | " + " | ".join(f"{c}{arrows[c]}" for c in COLUMNS) + " |"
     rule = "|---|---|" + "---|" * len(COLUMNS)
     commands = [data_command(args.data), *driver_commands(evaluated, args)]
+    differences = paired(results)
+    paired_header = "| difference | seeds | " + " | ".join(PAIRED_COLUMNS) + " |"
     return "\n".join([
         header, rule, *rows, "", "Per seed:", "", header.replace("| seeds |", "| seed |"), rule, *per_seed, "",
+        *(["Paired differences (same seed; mean ± sample standard deviation of the per-seed differences):", "",
+           paired_header, "|---|---|" + "---|" * len(PAIRED_COLUMNS), *differences, ""] if differences else []),
         "Commands:", "", "```", *commands, "```",
     ])
 

@@ -107,3 +107,13 @@ def test_bias_columns_by_hand(driver, tmp_path: Path) -> None:
 def test_main_variants_run_first(driver) -> None:
     assert driver.schedule(["d100", "base", "catt"], [1, 2]) == [("base", 1), ("catt", 1), ("base", 2), ("catt", 2),
                                                                   ("d100", 1), ("d100", 2)]
+
+
+def test_paired_differences_take_the_seeds_both_have(driver) -> None:
+    """catt − base over seeds 1 and 2 (seed 3 only in base): CIDEr differences -0.1 and +0.3."""
+    def values(cider: float) -> dict[str, float]:
+        return {c: 0.5 for c in driver.COLUMNS} | {"CIDEr": cider}
+
+    results = {"base": {1: values(0.5), 2: values(0.4), 3: values(0.9)}, "catt": {1: values(0.4), 2: values(0.7)}}
+    (row,) = driver.paired(results)
+    assert row.startswith("| Transformer+CATT (D#500) − Transformer | 2 | 0.100 ± 0.283 | 0.000 ± 0.000 |")
