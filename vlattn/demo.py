@@ -3,8 +3,9 @@ beside the best single constant caption.
 
 Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config configs/demo.yaml] [--no-scst]``.
 The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
-Torch runs on one thread by default (``--threads``): on a busy 2-core machine more threads spin against
-each other and small models gain nothing from them.
+Torch uses what the machine offers by default (``--threads 0``: torch's default, all cores unless
+``OMP_NUM_THREADS`` says otherwise); on a machine shared with other jobs, ``--threads 1`` keeps the demo to one core.
+The figures are deterministic for a seed and a thread count.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo.yaml")
     parser.add_argument("--no-scst", dest="scst", action="store_false", help="Skip the SCST phase.")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default).")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default: all cores).")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
