@@ -129,3 +129,23 @@ def test_sampling_stops_and_pads_after_eos() -> None:
     assert samples.tokens.shape == (2, 8, 2)
     for row in samples.tokens.flatten(0, 1).tolist():
         assert row in ([A, EOS], [EOS, PAD])
+
+
+def test_finished_rows_frozen_in_place_equal_the_differentiable_path() -> None:
+    from vlattn.decoding.beam import candidate_scores, freeze_finished
+
+    logits = torch.randn(4, 6)
+    finished = torch.tensor([False, True, False, True])
+    frozen = torch.full((6,), float("-inf"))
+    frozen[EOS] = 0.0
+    expected = logits.clone()
+    expected[1], expected[3] = frozen, frozen  # finished rows: EOS at no cost, nothing else
+    with_grad = freeze_finished(logits.clone().requires_grad_(), finished, frozen)
+    assert with_grad.requires_grad and torch.equal(with_grad.detach(), expected)
+    in_place = logits.clone()
+    assert freeze_finished(in_place, finished, frozen) is in_place and torch.equal(in_place, expected)
+    total, grown = torch.randn(4), torch.tensor([2.0, 1.0, 3.0, 1.0])
+    buffer = torch.empty(4, 6)
+    ranked = candidate_scores(expected, total, grown, 0.0, buffer)
+    assert ranked is buffer and torch.equal(ranked, total[:, None] + expected)
+    assert torch.allclose(candidate_scores(expected, total, grown, 1.0, None)[0], (total[0] + expected[0]) / 2.0)
