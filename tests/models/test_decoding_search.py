@@ -68,6 +68,30 @@ def test_beam_finds_a_better_sequence_than_greedy() -> None:
     assert beams.scores[0, 0] == pytest.approx(math.log(0.36), abs=1e-4) and beams.scores[0, 0] > greedy_score
 
 
+def test_beam_can_prune_the_greedy_caption_for_a_less_probable_one() -> None:
+    """Beam search keeps the K most probable *prefixes*, so it is no upper bound of greedy: a first word whose
+    mass goes to one continuation (B -> D or E, 0.55/0.45) fills both beams at step 2 (0.1925, 0.1575) ahead of
+    greedy's prefix A C (0.4 x 0.3 = 0.12), whose cost is paid early, and then pays later (D -> A 0.6). The
+    benchmark "Beam search vs greedy (Up-Down)" measures this on trained captioners."""
+    C, D, E = 5, 6, 7
+    model = MarkovModel({
+        BOS: {A: 0.4, B: 0.35, C: 0.25},
+        A: {C: 0.3, D: 0.25, E: 0.25, EOS: 0.2},
+        B: {D: 0.55, E: 0.45},
+        C: {EOS: 1.0},
+        D: {A: 0.6, EOS: 0.4},
+        E: {A: 0.6, EOS: 0.4},
+    }, vocab=8)
+    inputs = tiny_inputs(batch=1)
+    assert greedy_decode(model, args(inputs), bos=BOS, eos=EOS, max_len=3)[0].tolist() == [A, C, EOS]  # p = 0.12
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=3)
+    assert beams.tokens[0].tolist() == [[B, D, A], [B, E, A]]  # the max_len reached before EOS
+    assert beams.scores[0].tolist() == pytest.approx([math.log(0.35 * 0.55 * 0.6), math.log(0.35 * 0.45 * 0.6)], abs=1e-4)
+    assert beams.scores[0, 0] < math.log(0.12)
+    three = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=3)  # C EOS (0.25) survives
+    assert three.tokens[0, 0, :2].tolist() == [C, EOS] and three.scores[0, 0] == pytest.approx(math.log(0.25), abs=1e-4)
+
+
 def test_length_normalisation_prefers_longer_mean() -> None:
     # "EOS" alone: log 0.55 = -0.60; "A EOS": log 0.405 = -0.90 in sum but -0.45 per word
     model = MarkovModel({BOS: {EOS: 0.55, A: 0.45}, A: {EOS: 0.9, A: 0.1}})
