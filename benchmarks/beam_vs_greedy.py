@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -121,6 +121,15 @@ def table(results: dict[str, dict], split: str, beams: list[int]) -> str:
     return "\n".join(lines)
 
 
+def per_run(results: dict[str, dict], splits: list[str], beams: list[int]) -> str:
+    """CIDEr-D of every run, split and beam size."""
+    columns = [(split, k) for split in splits for k in beams]
+    lines = ["| run | " + " | ".join(f"{split} K={k}" for split, k in columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, figures in results.items():
+        lines.append(f"| {name} | " + " | ".join(f"{figures[split][str(k)]['CIDEr']:.3f}" for split, k in columns) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, nargs="+", required=True, help="run directories (best checkpoints)")
@@ -140,9 +149,15 @@ def main() -> None:
             tmp.write_text(json.dumps(measure_run(run, args.beams, args.splits), indent=1))
             tmp.replace(path)
         results[run.name] = json.loads(path.read_text())
-    tables = "\n\n".join(f"{split} split:\n\n{table(results, split, args.beams)}" for split in args.splits)
-    command = " ".join([".venv/bin/python", *sys.argv])
-    body = (f"Runs {', '.join(results)} (best checkpoints); mean ± sd over the runs; K = 1 is greedy, K > 1 the best "
+    groups: dict[str, dict[str, dict]] = {}
+    for name, figures in results.items():  # runs named MODEL-sSEED are averaged per model
+        groups.setdefault(re.sub(r"-s\d+$", "", name), {})[name] = figures
+    tables = "\n\n".join(f"{group}, {split} split ({len(runs)} runs):\n\n{table(runs, split, args.beams)}"
+                         for group, runs in groups.items() for split in args.splits)
+    tables += f"\n\nCIDEr-D of every run:\n\n{per_run(results, args.splits, args.beams)}"
+    command = (f".venv/bin/python benchmarks/beam_vs_greedy.py --runs {' '.join(map(str, args.runs))} --cache {args.cache} "
+               f"--beams {' '.join(map(str, args.beams))} --splits {' '.join(args.splits)}")  # the reading (--note) left out
+    body = (f"Runs {', '.join(results)} (best checkpoints); mean ± sd over the runs of a model; K = 1 is greedy, K > 1 the best "
             f"beam (length_penalty 0). Log-probabilities by teacher forcing of the decoded captions; \"greedy's "
             f"caption more probable\": share of images where the greedy caption has a higher model log-probability "
             f"than the beam's.\n\n{tables}\n\n{args.note}\n\nCommand (one run per call, then all runs from the "
