@@ -10,7 +10,7 @@ number of distinct captions and the share of the most frequent caption (generic 
 Each run's figures are cached in ``--cache`` (one JSON per run), so a driver can run one run per call
 (``/work/wt/heavy`` slots) and a last call with every run writes the section of benchmarks/RESULTS.md.
 Usage: ``python benchmarks/beam_vs_greedy.py --runs RUN [RUN ...] --cache DIR [--beams 1 2 3 5]
-[--splits val test] [--heading TEXT] [--no-write]``.
+[--splits val test] [--data ROOT] [--heading TEXT] [--no-write]``.
 """
 
 from __future__ import annotations
@@ -92,10 +92,13 @@ def measure_split(model: torch.nn.Module, data, split: str, vocab: Vocabulary, b
     return out
 
 
-def measure_run(run: Path, beams: list[int], splits: list[str]) -> dict:
-    """Every split of :func:`measure_split` for the best checkpoint of ``run``."""
+def measure_run(run: Path, beams: list[int], splits: list[str], data_root: Path | None) -> dict:
+    """Every split of :func:`measure_split` for the best checkpoint of ``run`` (data: ``data_root``, default the
+    run's ``data.root``)."""
     torch.set_num_threads(1)
     checkpoint = load_checkpoint(run)
+    if data_root is not None:
+        checkpoint.config.data.root = str(data_root)
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
     data = load_caption_data(checkpoint.config.data, vocab)
     model = build_model(checkpoint.config, vocab, data.store.dim)
@@ -136,6 +139,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, required=True, help="directory of the per-run JSON figures")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 2, 3, 5])
     parser.add_argument("--splits", nargs="+", default=["val", "test"])
+    parser.add_argument("--data", type=Path, default=None, help="data root (default: each run's data.root)")
     parser.add_argument("--heading", default="Beam search vs greedy (Up-Down)")
     parser.add_argument("--note", default="", help="the reading, printed under the tables")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
@@ -146,7 +150,7 @@ def main() -> None:
         path = args.cache / f"{run.name}_K{'-'.join(map(str, args.beams))}_{'-'.join(args.splits)}.json"
         if not path.is_file():
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(measure_run(run, args.beams, args.splits), indent=1))
+            tmp.write_text(json.dumps(measure_run(run, args.beams, args.splits, args.data), indent=1))
             tmp.replace(path)
         results[run.name] = json.loads(path.read_text())
     groups: dict[str, dict[str, dict]] = {}
@@ -156,7 +160,8 @@ def main() -> None:
                          for group, runs in groups.items() for split in args.splits)
     tables += f"\n\nCIDEr-D of every run:\n\n{per_run(results, args.splits, args.beams)}"
     command = (f".venv/bin/python benchmarks/beam_vs_greedy.py --runs {' '.join(map(str, args.runs))} --cache {args.cache} "
-               f"--beams {' '.join(map(str, args.beams))} --splits {' '.join(args.splits)}")  # the reading (--note) left out
+               f"--beams {' '.join(map(str, args.beams))} --splits {' '.join(args.splits)}"
+               + (f" --data {args.data}" if args.data else ""))  # the reading (--note) left out
     body = (f"Runs {', '.join(results)} (best checkpoints); mean ± sd over the runs of a model; K = 1 is greedy, K > 1 the best "
             f"beam (length_penalty 0). Log-probabilities by teacher forcing of the decoded captions; \"greedy's "
             f"caption more probable\": share of images where the greedy caption has a higher model log-probability "
