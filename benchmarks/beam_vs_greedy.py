@@ -2,10 +2,11 @@
 
 For each run (its best checkpoint), split and beam size K (1 = greedy), decode every image, score the captions
 (Bleu, CIDEr-D) and compute, by teacher forcing (independently of the decoders), sum log p(caption | image) of
-each decoded caption. If beam search worked as a search, its best caption would rarely have a lower model
-log-probability than the greedy caption; if it finds *higher*-probability captions that score worse, the loss is
-the model's (the mode of its caption distribution), not the search's. Also reports the mean caption length, the
-number of distinct captions and the share of the most frequent caption (generic captions repeat across images).
+each decoded caption. A beam caption the model finds *more* probable than greedy's but that scores worse points at
+the model (the mode of its caption distribution is a poor caption); a *less* probable one is a search error of
+beam search (the K best prefixes need not include greedy's; only K = 1 must reproduce greedy). Also reports the
+mean caption length, the number of distinct captions and the share of the most frequent caption (generic captions
+repeat across images).
 
 Each run's figures are cached in ``--cache`` (one JSON per run), so a driver can run one run per call
 (``/work/wt/heavy`` slots) and a last call with every run writes the section of benchmarks/RESULTS.md.
@@ -30,7 +31,7 @@ from results import mean_sd, write_section
 from vlattn.data.captioning import collate_eval
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search, greedy_decode
-from vlattn.tasks.captioning import build_model, load_caption_data, references_of, score_predictions
+from vlattn.tasks.captioning import CaptionData, build_model, load_caption_data, references_of, score_predictions
 from vlattn.training.checkpoint import load_checkpoint, load_weights
 
 METRICS = ("Bleu_1", "Bleu_4", "CIDEr")
@@ -54,7 +55,7 @@ def decode(model: torch.nn.Module, inputs: dict, vocab: Vocabulary, beam: int, m
     return beam_search(model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam, max_len=max_len).tokens[:, 0]
 
 
-def measure_split(model: torch.nn.Module, data, split: str, vocab: Vocabulary, beams: list[int], max_len: int) -> dict:
+def measure_split(model: torch.nn.Module, data: CaptionData, split: str, vocab: Vocabulary, beams: list[int], max_len: int) -> dict:
     """Per beam size: scores, mean log-prob and length, and the per-image comparison with the greedy caption."""
     dataset = data.eval_set(split)
     loader = DataLoader(dataset, batch_size=50, shuffle=False, collate_fn=collate_eval)
