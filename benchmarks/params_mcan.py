@@ -27,7 +27,7 @@ def measure(config: str) -> tuple[dict, dict, dict]:
     torch.manual_seed(0)
     model = build_vqa_model(cfg.model, WORDS, ANSWERS).eval()
     shapes = VQA.profile_shapes
-    single = vqa_batch(ProfileShapes(1, shapes.regions, shapes.length, WORDS, 1, ANSWERS), cfg.model.feature_dim)
+    single = vqa_batch(ProfileShapes(1, shapes.default_regions, shapes.length, WORDS, 1, ANSWERS), cfg.model.feature_dim)
     backbone = {"parameters": backbone_parameters(model), "madds": backbone_madds_of(model, lambda: model(single))}
     return components(model), count_parameters(model), backbone
 

@@ -106,7 +106,8 @@ def profile(
     overrides: Optional[List[str]] = SET,
     vocab_size: Optional[int] = typer.Option(None, help="Word vocabulary size (default: the task's; captioning 10201)."),
     batch: Optional[int] = typer.Option(None, help="Batch size for FLOPs/latency (default 10)."),
-    regions: Optional[int] = typer.Option(None, help="Regions per image (default: captioning 50, VQA 100)."),
+    regions: Optional[int] = typer.Option(None, help="Regions per image (default: the grid cells of a model "
+                                                     "reading a fixed grid, else captioning 50, VQA 100)."),
     length: Optional[int] = typer.Option(None, help="Caption length / decoding steps (captioning, default 20) or "
                                                      "question words (VQA, default 14)."),
     answers: Optional[int] = typer.Option(None, help="Candidate answers (VQA, default 3129)."),

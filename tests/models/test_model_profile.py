@@ -8,7 +8,11 @@ import pytest
 import yaml
 from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 
+from torch import nn
+
+from vlattn.attention.sla import GridPositionalBias
 from vlattn.config import load_config
+from vlattn.errors import ConfigError
 from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
 from vlattn.tasks import task_of
 from vlattn.tasks.base import ProfileShapes
@@ -51,7 +55,8 @@ DICTIONARY_SIZE, MEMORY_SLOTS = 5, 3
 
 def reduced(path: Path) -> tuple[list[str], ProfileShapes]:
     """Overrides shrinking preset ``path`` to a few thousand parameters with the preset's structure (kind,
-    mechanisms, their options), and profile shapes it accepts (SLA's grid position needs its grid of regions)."""
+    mechanisms, their options), and profile shapes with 5 regions by default (a model reading a fixed grid gets its
+    grid's cells: :meth:`ProfileShapes.for_model`)."""
     model = yaml.safe_load(path.read_text())["model"]
     sets = [f"model.{key}={value}" for key, value in MODEL_SIZES.items() if key in model]
     sets.append(f"model.d_model={4 * model.get('num_heads', 4)}")
@@ -65,8 +70,7 @@ def reduced(path: Path) -> tuple[list[str], ProfileShapes]:
             sets.append(f"model.{site}.options.slots={MEMORY_SLOTS}")
         if "dictionary" in spec_options:
             sets.append(f"model.{site}.options.dictionary.size={DICTIONARY_SIZE}")
-    grid = options.get("attention", {}).get("options", {}).get("grid_cells")
-    return sets, ProfileShapes(batch=2, regions=grid or 5, length=4, vocab_size=30, repeats=1, answers=10)
+    return sets, ProfileShapes(batch=2, length=4, vocab_size=30, repeats=1, answers=10, default_regions=5)
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=[p.name for p in PRESETS])
@@ -78,8 +82,22 @@ def test_every_preset_profiles(path: Path) -> None:
     cfg = load_config(path, overrides)
     report = task_of(cfg.task).profile(cfg, shapes)
     assert report["model"] == cfg.model.kind
-    assert report["shapes"]["batch"] == 2 and report["shapes"]["regions"] == shapes.regions
+    grid = cfg.model.options.get("attention", {}).get("options", {})
+    expected_regions = grid["grid_cells"] if grid.get("position") == "grid" else 5
+    assert report["shapes"]["batch"] == 2 and report["shapes"]["regions"] == expected_regions
     train, inference = report["flops"].values()
     assert train > inference > 0
     assert 0 < report["parameters"]["total"] < 200_000
     assert all(ms > 0 for ms in report["latency_ms"].values())
+
+
+def test_profile_regions_default_to_the_models_grid() -> None:
+    """Regions not given: a model reading a fixed grid gets its grid's cells, any other model the task default;
+    regions given win; two grids of different sizes in one model are a one-line error."""
+    grid = nn.ModuleList([GridPositionalBias(8, 1, 36), GridPositionalBias(8, 1, 36)])
+    plain = nn.Linear(2, 2)
+    assert ProfileShapes(default_regions=100).for_model(grid).regions == 36
+    assert ProfileShapes(default_regions=100).for_model(plain).regions == 100
+    assert ProfileShapes(regions=7).for_model(grid).regions == 7
+    with pytest.raises(ConfigError, match=r"different grids: \[16, 36\] cells"):
+        ProfileShapes().for_model(nn.ModuleList([GridPositionalBias(8, 1, 36), GridPositionalBias(8, 1, 16)]))

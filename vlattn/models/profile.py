@@ -28,6 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from vlattn.attention.sla import GridPositionalBias
+from vlattn.errors import ConfigError
+
 
 def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
     """FLOPs of softmax(Q K^T) V: 2 B H Nq Nk (d_qk + d_v)."""
@@ -63,6 +66,15 @@ def backbone_parameters(model: nn.Module) -> int | None:
     if not hasattr(model, "backbone_layers"):
         return None
     return trainable(nn.ModuleList(model.backbone_layers()))
+
+
+def grid_cells(model: nn.Module) -> int | None:
+    """The number of keys a model reading a fixed grid expects (the cells of its grid positional biases), None
+    for a model that reads any number of regions; :class:`ConfigError` if its grids differ in size."""
+    cells = {module.cells for module in model.modules() if isinstance(module, GridPositionalBias)}
+    if len(cells) > 1:
+        raise ConfigError(f"the model's grid positional biases expect different grids: {sorted(cells)} cells")
+    return next(iter(cells), None)
 
 
 def backbone_madds(model: nn.Module, regions: int, length: int, feature_dim: int, vocab: int) -> int | None:

@@ -10,12 +10,16 @@ model kinds declare the task they serve (:class:`vlattn.models.ModelKind`). The 
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from torch import nn
+
 from vlattn.config import Config, ModelConfig
 from vlattn.errors import ConfigError
+from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
 from vlattn.training.stage import Stage
 
@@ -35,14 +39,24 @@ class EvalRequest:
 class ProfileShapes:
     """Input shapes of ``vlattn profile``: ``batch`` images of ``regions`` regions, token sequences of
     ``length`` over ``vocab_size`` words, ``answers`` candidate answers (VQA); latency is the median of
-    ``repeats`` runs. Each task has its own defaults (:attr:`Task.profile_shapes`)."""
+    ``repeats`` runs. Each task has its own defaults (:attr:`Task.profile_shapes`). ``regions`` None: the
+    number of cells of the grid the model reads if it reads a fixed grid (SLA's grid positional bias), else
+    ``default_regions`` (see :meth:`for_model`)."""
 
     batch: int = 10
-    regions: int = 50
+    regions: int | None = None
     length: int = 20
     vocab_size: int = 10201
     repeats: int = 5
     answers: int = 3129
+    default_regions: int = 50
+
+    def for_model(self, model: nn.Module) -> ProfileShapes:
+        """These shapes with ``regions`` settled for ``model``: as given, or the model's grid cells, or the
+        default."""
+        if self.regions is not None:
+            return self
+        return dataclasses.replace(self, regions=grid_cells(model) or self.default_regions)
 
 
 class Task(Protocol):

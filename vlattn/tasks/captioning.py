@@ -442,6 +442,7 @@ class Captioning:
             raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
                               f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
         model = build_captioner(cfg.model, shapes.vocab_size)
+        shapes = shapes.for_model(model)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,
                      feature_dim=cfg.model.feature_dim, vocab=shapes.vocab_size)
         model.eval()

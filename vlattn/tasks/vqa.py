@@ -370,7 +370,7 @@ class VisualQuestionAnswering:
     name = "vqa"
     stages: dict[str, Stage] = {"train": TRAIN}
     # MCAN: up to 100 regions, 14 question words, 3,129 candidate answers
-    profile_shapes = ProfileShapes(regions=100, length=14, answers=3129)
+    profile_shapes = ProfileShapes(length=14, answers=3129, default_regions=100)
 
     def check(self, cfg: Config) -> None:
         """Build the VQA model on the meta device (every model option, site and mechanism is checked) and check
@@ -420,6 +420,7 @@ class VisualQuestionAnswering:
         """Parameters (total, per top-level module, the encoder-decoder backbone), FLOPs of a training step
         (forward, BCE, backward) and of answering a batch, backbone multiply-adds per question, latency."""
         model = build_vqa_model(cfg.model, shapes.vocab_size, shapes.answers)
+        shapes = shapes.for_model(model)
         inputs = vqa_batch(shapes, cfg.model.feature_dim)
 
         def train_step() -> None:
