@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 DEMO_DATA ?= data/synth
 DEMO_RUN ?= runs/demo
 DEMO_VQA_RUN ?= runs/demo-vqa
@@ -12,17 +13,23 @@ DEMO_VQA_RUN ?= runs/demo-vqa
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# torch==2.13.0 first (the CPU build on this machine's disk; any other torch spec downloads gigabytes, and
-# pyproject keeps torch>=2.2 for GPU users), then the package and its test extras. The venv's own pip
-# installs editable pyproject projects, so no self-upgrade. Byte-compiling stays on: with
-# PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules left uncompiled would be compiled again by
-# every process (benchmarks/RESULTS.md "Demo time").
+# One pip run: torch==2.13.0 (the CPU build on this machine's disk; any other torch spec downloads gigabytes,
+# and pyproject keeps torch>=2.2 for GPU users) and the package with what `make demo` needs (the coco extra:
+# pycocoevalcap's METEOR). Byte-compiling all ~6,800 installed modules was half of pip's time; instead the modules
+# vlattn's commands import (about 800: torch's core and dynamo, numpy, vlattn) are compiled by importing them once
+# with bytecode writing on. That must happen: with PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules
+# left uncompiled are compiled again by every process that imports them (benchmarks/RESULTS.md "Demo time").
+# `make test` / `make install` add the test extras on top (byte-compiled by pip).
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[coco]'
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c 'import torch._dynamo, vlattn.cli, vlattn.demo, vlattn.demo_vqa'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m vlattn.demo --data $(DEMO_DATA) --out $(DEMO_RUN)
@@ -30,7 +37,7 @@ demo: $(STAMP)
 demo-vqa: $(STAMP)
 	$(BIN)/python -m vlattn.demo_vqa --data $(DEMO_DATA) --out $(DEMO_VQA_RUN)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -25,7 +25,7 @@ grouped into GEMMs, fused attention and the rest, with the rest's N largest oper
 operators (Python, dispatch).
 
     .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
-        [--profile N]
+        [--profile N] [--runs RUN ...]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from vlattn.training.scst import scst_objective
 from vlattn.training.xe import xe_objective
 
 VOCAB, REGIONS, FEATURES, BEAM, LENGTH = 10201, 50, 2048, 5, 20
+RUNS = ("beam search", "SCST step", "XE step")
 aten = torch.ops.aten
 GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
 # FlopCounterMode knows the CUDA attention kernels but not the fused CPU one that eval-mode SDPA runs
@@ -250,6 +251,8 @@ def extra_options(parser: argparse.ArgumentParser) -> None:
                         help="a --json file of an earlier run: add time / bound at its FLOP count")
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="add a table of where each run's time goes, naming the N largest other operators")
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS), metavar="RUN",
+                        help=f"measure only these runs (of {', '.join(map(repr, RUNS))}; default all)")
 
 
 def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
@@ -278,6 +281,7 @@ def main() -> None:
         for task, objective in objectives.items():
             runs[(task, name)] = training_run(model, objective, batch)
     ran = runs[("beam search", "M2")]().tokens.shape[-1]  # words decoded (20 unless every beam ended early)
+    runs = {key: run for key, run in runs.items() if key[0] in args.runs}
     measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
     for _ in range(args.repeats):
         for key, run in runs.items():

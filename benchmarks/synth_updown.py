@@ -2,8 +2,10 @@
 seeds, one after the other, evaluate each best checkpoint on the test split, and write mean, spread and every seed
 to benchmarks/RESULTS.md ("## Up-Down vs Up-Down + SLA on synthetic data") with the commands.
 
-Runs go to RUNS/<model>-s<seed>; a run whose test metrics exist is not repeated, one with checkpoints is resumed.
-Usage: ``python benchmarks/synth_updown.py --data DATA --runs RUNS [--seeds 1 2 3] [--set KEY=VALUE ...]``.
+Runs go to RUNS/<model>-s<seed>; a run whose test metrics exist is not repeated, one with checkpoints is resumed
+(``--eval-only``: never trained, e.g. copies of finished runs scored with another ``--beam-size``).
+Usage: ``python benchmarks/synth_updown.py --data DATA --runs RUNS [--seeds 1 2 3] [--beam-size K] [--eval-only]
+[--set KEY=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ def run(command: list[str], log: Path) -> None:
         subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=True)
 
 
-def train_and_eval(config: str, out: Path, sets: list[str]) -> None:
-    """Train (or resume) ``out`` and evaluate its best checkpoint on the test split, unless already done."""
+def train_and_eval(config: str, out: Path, sets: list[str], beam: int, eval_only: bool) -> None:
+    """Train (or resume; not with ``eval_only``) ``out`` and evaluate its best checkpoint on the test split with
+    beam size ``beam``, unless already done."""
     if (out / "eval" / "test_metrics.json").is_file():
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     log = out.with_suffix(".log")
-    resume = ["--resume"] if (out / "checkpoints").exists() else []
-    run([*VLATTN, "train", "--config", config, "--out", str(out), *[f"--set={s}" for s in sets], *resume], log)
-    run([*VLATTN, "eval", "--checkpoint", str(out), "--split", "test"], log)
+    if not eval_only:
+        resume = ["--resume"] if (out / "checkpoints").exists() else []
+        run([*VLATTN, "train", "--config", config, "--out", str(out), *[f"--set={s}" for s in sets], *resume], log)
+    run([*VLATTN, "eval", "--checkpoint", str(out), "--split", "test", "--beam-size", str(beam)], log)
 
 
 def scores(out: Path) -> dict[str, float]:
@@ -61,13 +65,17 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, required=True, help="where the run directories go")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="overrides for both models")
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="test decoding (default: the presets' eval.beam_size; 1 = greedy)")
+    parser.add_argument("--eval-only", action="store_true", help="score existing runs, never train")
     parser.add_argument("--note", default="", help="a remark printed under the table")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
+    beam = args.beam_size or load_config(MODELS["Up-Down"][1], [f"data.root={args.data}", *args.overrides]).eval.beam_size
     for seed in args.seeds:  # seed by seed, the two models one after the other
         for name, config in MODELS.values():
             sets = [f"data.root={args.data}", f"train.seed={seed}", *args.overrides]
-            train_and_eval(config, args.runs / f"{name}-s{seed}", sets)
+            train_and_eval(config, args.runs / f"{name}-s{seed}", sets, beam, args.eval_only)
     rows, seeds_rows, curves = [], [], []
     for label, (name, config) in MODELS.items():
         results = [scores(args.runs / f"{name}-s{seed}") for seed in args.seeds]
@@ -86,12 +94,13 @@ def main() -> None:
         run_dir = args.runs / f"{name}-sSEED"
         commands.append(f".venv/bin/vlattn --threads 1 train --config {config} --out {run_dir} --set data.root={args.data} "
                         f"--set train.seed=SEED{sets}")
-        commands.append(f".venv/bin/vlattn --threads 1 eval --checkpoint {run_dir} --split test")
+        commands.append(f".venv/bin/vlattn --threads 1 eval --checkpoint {run_dir} --split test --beam-size {beam}")
     commands.append(f".venv/bin/python benchmarks/synth_updown.py --data {args.data} --runs {args.runs} "
-                    f"--seeds {' '.join(map(str, args.seeds))}{sets}")
+                    f"--seeds {' '.join(map(str, args.seeds))} --beam-size {beam}{' --eval-only' * args.eval_only}{sets}")
     cfg = load_config(MODELS["Up-Down + SLA"][1], [f"data.root={args.data}", *args.overrides])
     model, train = cfg.model, cfg.train
     sla = model.decoder_cross_attention.options
+    decoding = "greedy decoding" if beam == 1 else f"beam {beam}"
     body = f"""Synthetic data set {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
 5 captions each, 512-d region features). configs/updown-demo.yaml (Up-Down, additive top-down attention: LSTMs
 {model.d_model}, embedding {model.options['embed_dim']}, attention {model.options['attention_dim']}, box channels appended to the
@@ -100,7 +109,7 @@ features, {train.epochs} XE epochs, batch {train.batch_size}, lr {train.schedule
 the top-down site: T = {sla['units']}, {sla['activation']}, positional bias from the {sla['position']}, {sla['pooling']} pooling);
 overrides `{' '.join(args.overrides) or 'none'}`. Same budget:
 same epochs, batches and schedule; seeds {', '.join(map(str, args.seeds))} (model initialisation and data order);
-best checkpoint by validation CIDEr-D (greedy), test split, beam 3; mean ± sample standard deviation over the seeds.
+best checkpoint by validation CIDEr-D (greedy), test split, {decoding}; mean ± sample standard deviation over the seeds.
 
 | model | parameters | {' | '.join(METRICS)} |
 |---|---|{'---|' * len(METRICS)}

@@ -101,7 +101,9 @@ class DataConfig:
     (VQA v2: ``{train: [train2014], val: [val2014], test: [test2015]}``; MCAN trains on
     ``[train2014, val2014]``). ``vocab_splits``/``vocab_min_count`` choose the text the word vocabulary is
     built from (captions or questions); ``answer_min_count`` the training answers kept as candidates.
-    ``zero_image`` zeroes every region feature and box (the question-only ablation).
+    ``zero_image`` zeroes every region feature and box (the question-only ablation). ``region_cache_mb``: the
+    decoded, checked regions of the images read so far are kept in memory up to this many MiB per loaded data set
+    (and DataLoader worker) (:class:`~vlattn.data.features.cache.CachedStore`; 0 reads every time).
     """
 
     root: str = "data/synth"
@@ -112,6 +114,7 @@ class DataConfig:
     max_regions: int = bounded(50, ge=1)
     max_caption_len: int = bounded(20, ge=1)
     num_workers: int = bounded(0, ge=0)
+    region_cache_mb: int = bounded(512, ge=0)
     questions: str = "vqa/questions_{split}.json"
     annotations: str = "vqa/annotations_{split}.json"
     vqa_splits: dict[str, list[str]] = field(

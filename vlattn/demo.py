@@ -3,8 +3,10 @@ beside the best single constant caption.
 
 Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config configs/demo.yaml] [--no-scst]``.
 The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
-Torch runs on one thread by default (``--threads``): on a busy 2-core machine more threads spin against
-each other and small models gain nothing from them.
+Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
+little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
+137 s instead of 129 s; benchmarks/RESULTS.md "Demo time"). The figures are deterministic for a seed and a thread
+count.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from vlattn.config import load_config
 from vlattn.data.karpathy import load_karpathy
 from vlattn.errors import VlattnError
 from vlattn.metrics import best_constant_caption
+from vlattn.metrics.meteor import prestart as prestart_meteor
 from vlattn.tasks import EvalRequest, evaluate, format_report, train
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo.yaml")
     parser.add_argument("--no-scst", dest="scst", action="store_false", help="Skip the SCST phase.")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default).")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default: all cores).")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, run, stage, init in runs:
             resume = (run / "checkpoints" / "last").exists()
             print(f"[demo] {'continuing' if resume else 'training'} {cfg.model.kind} ({label}) in {run}", flush=True)
+            prestart_meteor()  # the test evaluation's METEOR loads while the model trains
             with clock.stage(f"{label} training"):
                 train(cfg, run, stage=stage, resume=resume, device="auto", init=init)
             with clock.stage(f"{label} test evaluation"):

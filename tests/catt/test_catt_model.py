@@ -119,7 +119,7 @@ def test_prepare_fits_both_dictionaries(tmp_path: Path) -> None:
         return model
 
     model = prepared(1)
-    regions = torch.from_numpy(data.store.get(100).features)  # one-hot colour/shape regions and noise regions
+    regions = torch.from_numpy(data.store.get(100).features.copy())  # one-hot colour/shape regions and noise regions
     image = model.encoder.dictionary.entries
     assert image.shape == (7, regions.shape[1]) and image.max() > 0.1  # no longer the U(0, 0.01) start
     used = data.prepare_resources(model, 1).word_counts > 0

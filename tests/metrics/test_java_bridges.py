@@ -34,3 +34,18 @@ def test_spice_never_fakes_a_number() -> None:
     assert spice.reason
     with pytest.raises(RuntimeError, match="SPICE unavailable"):
         spice.compute_score(GTS, RES)
+
+
+def test_a_prestarted_meteor_is_handed_to_the_next_evaluation_once(monkeypatch) -> None:
+    from vlattn.metrics import meteor as meteor_module
+
+    started: list[object] = []
+    monkeypatch.setattr(meteor_module.Meteor, "available", lambda self: True)
+    monkeypatch.setattr(meteor_module.Meteor, "start", lambda self: started.append(self))
+    monkeypatch.setattr(meteor_module, "_prestarted", [])
+    meteor_module.prestart()
+    meteor_module.prestart()  # one waiting process is enough
+    assert len(started) == 1
+    assert meteor_module.take_meteor() is started[0]
+    fresh = meteor_module.take_meteor()  # nothing waiting any more: a new, not yet started bridge
+    assert fresh is not started[0] and len(started) == 1

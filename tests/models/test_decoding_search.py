@@ -68,6 +68,69 @@ def test_beam_finds_a_better_sequence_than_greedy() -> None:
     assert beams.scores[0, 0] == pytest.approx(math.log(0.36), abs=1e-4) and beams.scores[0, 0] > greedy_score
 
 
+def test_beam_can_prune_the_greedy_caption_for_a_less_probable_one() -> None:
+    """Beam search keeps the K most probable *prefixes*, so it is no upper bound of greedy: a first word whose
+    mass goes to one continuation (B -> D or E, 0.55/0.45) fills both beams at step 2 (0.1925, 0.1575) ahead of
+    greedy's prefix A C (0.4 x 0.3 = 0.12), whose cost is paid early, and then pays later (D -> A 0.6). The
+    benchmark "Beam search vs greedy (Up-Down)" measures this on trained captioners."""
+    C, D, E = 5, 6, 7
+    model = MarkovModel({
+        BOS: {A: 0.4, B: 0.35, C: 0.25},
+        A: {C: 0.3, D: 0.25, E: 0.25, EOS: 0.2},
+        B: {D: 0.55, E: 0.45},
+        C: {EOS: 1.0},
+        D: {A: 0.6, EOS: 0.4},
+        E: {A: 0.6, EOS: 0.4},
+    }, vocab=8)
+    inputs = tiny_inputs(batch=1)
+    assert greedy_decode(model, args(inputs), bos=BOS, eos=EOS, max_len=3)[0].tolist() == [A, C, EOS]  # p = 0.12
+    beams = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=3)
+    assert beams.tokens[0].tolist() == [[B, D, A], [B, E, A]]  # the max_len reached before EOS
+    assert beams.scores[0].tolist() == pytest.approx([math.log(0.35 * 0.55 * 0.6), math.log(0.35 * 0.45 * 0.6)], abs=1e-4)
+    assert beams.scores[0, 0] < math.log(0.12)
+    three = beam_search(model, args(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=3)  # C EOS (0.25) survives
+    assert three.tokens[0, 0, :2].tolist() == [C, EOS] and three.scores[0, 0] == pytest.approx(math.log(0.25), abs=1e-4)
+
+
+def textbook_beam_search(model, inputs, beam_size: int, max_len: int) -> list[tuple[list[int], float]]:
+    """Beam search written out for one image: hypotheses in a list, each step scored by teacher forcing over the
+    whole prefix (no cache, no state reordering); a finished hypothesis competes with its score unchanged.
+    Returns the final (tokens with EOS, sum of log-probs), best first."""
+    hypotheses: list[tuple[list[int], float, bool]] = [([], 0.0, False)]
+    for _ in range(max_len):
+        live = [h for h in hypotheses if not h[2]]
+        if not live:
+            break
+        prefixes = torch.tensor([[BOS, *tokens] for tokens, _, _ in live])
+        log_probs = model({k: t.expand(len(live), *t.shape[1:]) for k, t in inputs.items()}, prefixes)
+        log_probs = log_probs[:, -1].log_softmax(-1)  # (live, V)
+        candidates = [h for h in hypotheses if h[2]]
+        for (tokens, score, _), row in zip(live, log_probs.tolist()):
+            candidates += [(tokens + [word], score + value, word == EOS) for word, value in enumerate(row)]
+        hypotheses = sorted(candidates, key=lambda h: -h[1])[:beam_size]
+    return [(tokens, score) for tokens, score, _ in hypotheses]
+
+
+@pytest.mark.parametrize("kind, eos_bias", [("transformer", 1.5), ("updown", 0.3)])
+def test_beam_search_equals_a_textbook_search(kind: str, eos_bias: float) -> None:
+    """The batched search (one topk over an image's K x V candidates, reordered LSTM or key/value states) returns
+    the beams of the textbook search, image by image, for the Transformer and the Up-Down captioner."""
+    model = tiny_captioner(seed=1, kind=kind)
+    with torch.no_grad():  # EOS made likely enough that beams end at several steps and finished beams compete
+        (model.output if kind == "updown" else model.decoder.output).bias[EOS] += eos_bias
+    inputs = args(tiny_inputs())
+    beams = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=3, max_len=6)
+    lengths = set()
+    for image in range(3):
+        expected = textbook_beam_search(model, {k: t[image : image + 1] for k, t in inputs.items()}, 3, 6)
+        lengths |= {len(tokens) for tokens, _ in expected}
+        for beam, (tokens, score) in enumerate(expected):
+            assert beams.tokens[image, beam, : len(tokens)].tolist() == tokens
+            assert beams.tokens[image, beam, len(tokens):].eq(PAD).all()
+            assert beams.scores[image, beam].item() == pytest.approx(score, abs=1e-4)
+    assert len(lengths) >= 3  # beams ended at several steps
+
+
 def test_length_normalisation_prefers_longer_mean() -> None:
     # "EOS" alone: log 0.55 = -0.60; "A EOS": log 0.405 = -0.90 in sum but -0.45 per word
     model = MarkovModel({BOS: {EOS: 0.55, A: 0.45}, A: {EOS: 0.9, A: 0.1}})
@@ -129,3 +192,23 @@ def test_sampling_stops_and_pads_after_eos() -> None:
     assert samples.tokens.shape == (2, 8, 2)
     for row in samples.tokens.flatten(0, 1).tolist():
         assert row in ([A, EOS], [EOS, PAD])
+
+
+def test_finished_rows_frozen_in_place_equal_the_differentiable_path() -> None:
+    from vlattn.decoding.beam import candidate_scores, freeze_finished
+
+    logits = torch.randn(4, 6)
+    finished = torch.tensor([False, True, False, True])
+    frozen = torch.full((6,), float("-inf"))
+    frozen[EOS] = 0.0
+    expected = logits.clone()
+    expected[1], expected[3] = frozen, frozen  # finished rows: EOS at no cost, nothing else
+    with_grad = freeze_finished(logits.clone().requires_grad_(), finished, frozen)
+    assert with_grad.requires_grad and torch.equal(with_grad.detach(), expected)
+    in_place = logits.clone()
+    assert freeze_finished(in_place, finished, frozen) is in_place and torch.equal(in_place, expected)
+    total, grown = torch.randn(4), torch.tensor([2.0, 1.0, 3.0, 1.0])
+    buffer = torch.empty(4, 6)
+    ranked = candidate_scores(expected, total, grown, 0.0, buffer)
+    assert ranked is buffer and torch.equal(ranked, total[:, None] + expected)
+    assert torch.allclose(candidate_scores(expected, total, grown, 1.0, None)[0], (total[0] + expected[0]) / 2.0)

@@ -59,14 +59,15 @@ def beam_search(
         vocab = first.shape[1]
         frozen = torch.full_like(first[0], float("-inf"))  # (V,): a finished row's only continuation
         frozen[eos] = 0.0
+        rank = None  # (R, V) buffer of the candidates' ranking scores, reused from step to step
         for _ in range(1, max_len):
             if finished.all():
                 break
             log_probs, state = model.step(prefix, state)  # (R, V)
-            log_probs = torch.where(finished[:, None], frozen, log_probs)  # (R, V)
+            log_probs = freeze_finished(log_probs, finished, frozen)  # (R, V)
             grown = length + (~finished).to(length.dtype)  # (R,)
-            rank = (total[:, None] + log_probs) / grown[:, None] ** length_penalty  # (R, V)
-            _, flat = rank.detach().reshape(batch, beam_size * vocab).topk(beam_size, dim=-1)  # (B, K)
+            rank = candidate_scores(log_probs, total, grown, length_penalty, rank)  # (R, V)
+            _, flat = rank.reshape(batch, beam_size * vocab).topk(beam_size, dim=-1)  # (B, K)
             source = (offsets + torch.div(flat, vocab, rounding_mode="floor")).reshape(-1)  # (R,) row of origin
             word = (flat % vocab).reshape(-1)  # (R,)
             state = model.reorder(state, source)
@@ -77,3 +78,25 @@ def beam_search(
         scores = (total / length**length_penalty).reshape(batch, beam_size)
         tokens = prefix[:, 1:].reshape(batch, beam_size, -1)
         return Beams(tokens, token_log_probs.reshape(batch, beam_size, -1), scores)
+
+
+def freeze_finished(log_probs: Tensor, finished: Tensor, frozen: Tensor) -> Tensor:
+    """``log_probs`` (R, V) with the rows of ``finished`` (R,) beams replaced by ``frozen`` (V,) (their only
+    continuation). Without gradients the rows are overwritten in place (only the finished rows are touched);
+    with gradients a new tensor (autograd needs log-softmax's output as it was)."""
+    if log_probs.requires_grad:
+        return torch.where(finished[:, None], frozen, log_probs)
+    rows = finished.nonzero().squeeze(1)  # (F,)
+    if rows.numel():
+        log_probs.index_copy_(0, rows, frozen.expand(rows.shape[0], -1))
+    return log_probs
+
+
+def candidate_scores(
+    log_probs: Tensor, total: Tensor, grown: Tensor, length_penalty: float, out: Tensor | None
+) -> Tensor:
+    """(total + log_probs) / grown^alpha, (R, V), without gradients (it only ranks); into ``out`` when it has the
+    shape (a buffer reused across steps: no fresh pages to fault in every step). alpha = 0 divides by nothing."""
+    out = out if out is not None and out.shape == log_probs.shape else None
+    ranked = torch.add(log_probs.detach(), total.detach()[:, None], out=out)  # (R, V)
+    return ranked if length_penalty == 0 else ranked.div_(grown[:, None] ** length_penalty)

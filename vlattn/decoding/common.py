@@ -17,7 +17,8 @@ from torch import Tensor
 
 
 class Generator(Protocol):
-    """What decoding needs from a model."""
+    """What decoding needs from a model. The log-probabilities ``step`` returns belong to the caller: without
+    gradients, beam search overwrites the rows of finished beams in place."""
 
     def encode(self, inputs: Mapping[str, Any]) -> Any: ...
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 from vlattn.errors import DataError
 from vlattn.metrics.bleu import Bleu
 from vlattn.metrics.cider import CiderD
-from vlattn.metrics.meteor import Meteor
+from vlattn.metrics.meteor import Meteor, take_meteor
 from vlattn.metrics.rouge import Rouge
 from vlattn.metrics.spice import Spice
 from vlattn.metrics.tokenizer import PTBTokenizer
@@ -115,7 +115,7 @@ def evaluate_captions(
     empty = [i for i, refs in gts.items() if not refs]
     if empty:
         raise DataError("image has no reference captions", item=empty[0])
-    meteor = Meteor() if "METEOR" in metrics else None
+    meteor = take_meteor() if "METEOR" in metrics else None
     if meteor is not None and meteor.available():
         meteor.start()  # its Java start-up (paraphrase table) overlaps the tokenisation and the other metrics
     try:

@@ -102,3 +102,22 @@ class Meteor(JarBridge):
 
     def method(self) -> str:
         return "METEOR"
+
+
+_prestarted: list[Meteor] = []  # at most one process, started by prestart() for the next evaluation
+
+
+def prestart() -> None:
+    """Start a METEOR process now for the next caption evaluation of this process to use (:func:`take_meteor`), so
+    its Java start-up (~10 s loading the paraphrase table) overlaps other work such as a training stage. Does
+    nothing when METEOR is unavailable or a started process is already waiting."""
+    if not _prestarted:
+        meteor = Meteor()
+        if meteor.available():
+            meteor.start()
+            _prestarted.append(meteor)
+
+
+def take_meteor() -> Meteor:
+    """The process :func:`prestart` started (handed out once; the caller closes it), else a new :class:`Meteor`."""
+    return _prestarted.pop() if _prestarted else Meteor()

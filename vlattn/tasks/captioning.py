@@ -38,6 +38,7 @@ from vlattn.data.bias import bias_source
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
+from vlattn.data.features.cache import CachedStore
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
@@ -125,7 +126,7 @@ def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> Capti
     by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
     if vocab is None:
         vocab = build_vocabulary(entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)
-    return CaptionData(cfg, by_split, vocab, open_store(root / cfg.features))
+    return CaptionData(cfg, by_split, vocab, CachedStore(open_store(root / cfg.features), cfg.region_cache_mb << 20))
 
 
 def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:

@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader
 from vlattn.config import Config, DataConfig
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
+from vlattn.data.features.cache import CachedStore
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import (
@@ -185,7 +186,7 @@ def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: Ans
     """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
-    data = VQAData(root, cfg, words or Vocabulary([]), answers or AnswerVocabulary([]), open_store(root / cfg.features))
+    data = VQAData(root, cfg, words or Vocabulary([]), answers or AnswerVocabulary([]), CachedStore(open_store(root / cfg.features), cfg.region_cache_mb << 20))
     if words is None or answers is None:
         data.words, data.answers = build_vocabularies(data)
     return data

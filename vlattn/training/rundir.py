@@ -22,8 +22,8 @@ Rules:
 - ``--resume`` continues from ``checkpoints/last`` (``best`` if a crash left only that; both are written at the
   end of an epoch, ``best`` first). With no complete checkpoint at all it starts the run over, saying so.
 - A resumed run keeps its configuration (:func:`resume_config`): the run's ``config.yaml``, changed only by
-  ``--set`` (task, model and data are fixed; ``data.root`` and ``data.num_workers`` may change). A ``--config``
-  given on resume is checked against the run (task, model and data must agree) and its other values are
+  ``--set`` (task, model and data are fixed; ``data.root``, ``data.num_workers`` and ``data.region_cache_mb`` may
+  change). A ``--config`` given on resume is checked against the run (task, model and data must agree) and its other values are
   ignored, each reported. Every setting that differs from the resumed checkpoint's config is reported.
 - A command that fails leaves the run's files as they were: ``config.yaml``, the vocabularies, the marker and
   ``metrics.jsonl`` are (re)written only once every check has passed (:meth:`RunDirectory.commit`), each
@@ -73,7 +73,8 @@ HISTORY_FILE = "history.jsonl"
 CHECKPOINTS = "checkpoints"
 RESUMABLE = ("last", "best")  # checkpoints a run resumes from, in order of preference
 FIXED_ON_RESUME = ("task", "model", "data")  # config sections a resumed run keeps ...
-MOVABLE_ON_RESUME = ("data.root", "data.num_workers")  # ... except where the data is and how it is read
+# ... except where the data is and how it is read
+MOVABLE_ON_RESUME = ("data.root", "data.num_workers", "data.region_cache_mb")
 
 _held_locks: set[int] = set()
 
@@ -168,7 +169,8 @@ def resume_config(
     ``trained``: the config of the checkpoint resumed (its weights and training state were made with it);
     ``saved``: the run's ``config.yaml``; ``given``: the ``--config`` of the command (with ``overrides``
     applied), or None; ``overrides``: the ``--set`` items, applied to ``saved``. Task, model and data (but
-    ``data.root``, ``data.num_workers``) must stay those of ``trained``: a ``ConfigError`` otherwise.
+    ``data.root``, ``data.num_workers``, ``data.region_cache_mb``) must stay those of ``trained``: a ``ConfigError``
+    otherwise.
     """
     try:
         effective = config_from_dict(apply_overrides(config_to_dict(saved), list(overrides)))

@@ -1,0 +1,61 @@
+"""A bounded in-memory cache of decoded regions in front of any :class:`~.base.FeatureStore`.
+
+Training reads every image many times: once per caption per epoch for cross-entropy (COCO: 5 captions), once per
+epoch for SCST and validation. Each read of a store decodes the stored arrays (float16 -> float32 for the memmap
+layout, decompression for others) and checks them (finite values, valid boxes), which costs more than the model
+step itself for small models (``make demo``: 2.4 s of each 16 s XE epoch; benchmarks/RESULTS.md "Demo time").
+:class:`CachedStore` keeps the checked :class:`~.base.RegionFeatures` of the images it has read until a byte budget
+is used up, then reads the remaining images through (no eviction: in a random order every policy hits about
+budget / total of the reads, and keeping the first images costs no bookkeeping). The cached arrays are read-only
+views, so a caller cannot change what later reads return.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from vlattn.data.features.base import FeatureStore, RegionFeatures
+
+
+class CachedStore:
+    """``store`` with the regions of each image kept in memory after its first read, up to ``max_bytes`` of arrays
+    in total (0: no caching). Satisfies :class:`~.base.FeatureStore`; errors are those of ``store``."""
+
+    def __init__(self, store: FeatureStore, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.store, self.max_bytes = store, max_bytes
+        self.path = store.path
+        self.cached_bytes = 0
+        self._regions: dict[int, RegionFeatures] = {}
+
+    @property
+    def dim(self) -> int:
+        """D, the feature dimension of the underlying store."""
+        return self.store.dim
+
+    def ids(self) -> list[int]:
+        return self.store.ids()
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self.store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.store)
+
+    def get(self, image_id: int) -> RegionFeatures:
+        """The regions of ``image_id``, from memory after the first read while the budget lasts."""
+        cached = self._regions.get(image_id)
+        if cached is not None:
+            return cached
+        regions = self.store.get(image_id)
+        size = regions.features.nbytes + regions.boxes.nbytes
+        if self.cached_bytes + size <= self.max_bytes:
+            regions.features.flags.writeable = False
+            regions.boxes.flags.writeable = False
+            self._regions[image_id] = regions
+            self.cached_bytes += size
+        return regions
