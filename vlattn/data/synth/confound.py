@@ -167,6 +167,11 @@ def attribute_sampler(confound: Confound | None, split: str) -> AttributeSampler
     return sample
 
 
+def share(part: int, whole: int) -> float | None:
+    """``part / whole``, None for an empty ``whole`` (a realised rate over no items)."""
+    return part / whole if whole else None
+
+
 def cooccurrence(objects: Iterable[tuple[str, dict[str, str]]], confound: Confound) -> dict:
     """Realised statistics per split and pair from ``(split, {"shape", "colour", "size"})`` items.
 
@@ -191,8 +196,8 @@ def cooccurrence(objects: Iterable[tuple[str, dict[str, str]]], confound: Confou
                 "shape_objects": n_shape,
                 "attribute_objects": n_value,
                 "both": n_both,
-                "rate": n_both / n_shape if n_shape else None,
-                "shape_given_attribute": n_both / n_value if n_value else None,
+                "rate": share(n_both, n_shape),
+                "shape_given_attribute": share(n_both, n_value),
                 "unconfounded_rate": 1.0 / len(ATTRIBUTE_VALUES[attribute_kind(value)]),
             }
     return stats

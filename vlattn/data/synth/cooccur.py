@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .confound import AttributeSampler
+from .confound import AttributeSampler, share
 from .lexicon import SHAPES
 from .scene import CELLS, MAX_OBJECTS, SceneObject, cell_of, place
 
@@ -67,8 +67,8 @@ def cooccurrence_statistics(images: Iterable[tuple[str, set[str]]], pairs: Seque
             offset = 0 if a in shapes else 2
             cell[offset] += 1
             cell[offset + 1] += b in shapes
-    return {split: {name: {"images_with": n_with, "with_both": both, "rate": both / n_with if n_with else None,
+    return {split: {name: {"images_with": n_with, "with_both": both, "rate": share(both, n_with),
                            "images_without": n_without, "b_without": b_alone,
-                           "rate_without": b_alone / n_without if n_without else None}
+                           "rate_without": share(b_alone, n_without)}
                     for name, (n_with, both, n_without, b_alone) in per_pair.items()}
             for split, per_pair in counts.items()}

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from .confound import share
 from .scene import SceneObject
 
 NEUTRAL = np.array([70.0, 70.0, 70.0])  # the shadow's grey: darker than the background (120 +- 12), not black (20)
@@ -54,7 +55,7 @@ def evidence_statistics(images: Iterable[tuple[str, Sequence[dict], set[int]]], 
                 cell["shapes"][obj["shape"]][0] += 1
                 cell["shapes"][obj["shape"]][1] += k not in detected
     return {split: {"objects": c["objects"], "ambiguous": c["ambiguous"],
-                    "ambiguous_rate": c["ambiguous"] / c["objects"] if c["objects"] else None,
-                    "missed": {s: {"objects": n, "missed": m, "missed_rate": m / n if n else None}
+                    "ambiguous_rate": share(c["ambiguous"], c["objects"]),
+                    "missed": {s: {"objects": n, "missed": m, "missed_rate": share(m, n)}
                                for s, (n, m) in c["shapes"].items()}}
             for split, c in counts.items()}
