@@ -47,6 +47,10 @@ class CaptionTrainSet(Dataset):
     def __len__(self) -> int:
         return len(self.pairs)
 
+    def lengths(self) -> list[int]:
+        """The number of words of each item's ``tokens`` (what a batch is padded to), in item order."""
+        return [min(len(self.entries[i].captions[j]), self.max_len) for i, j in self.pairs]
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         entry_index, caption_index = self.pairs[index]
         entry = self.entries[entry_index]

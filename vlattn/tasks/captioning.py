@@ -283,6 +283,7 @@ XE: Stage[CaptionData] = Stage(
     collate=collate_train,
     validator=make_validator,
     selection_metric="CIDEr",
+    length_buckets="train.length_buckets",
     lr_scaling=True,
 )
 
@@ -298,6 +299,7 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     batch_size="train.scst_batch_size",
     patience="train.scst_patience",
     adam_betas="train.scst_adam_betas",
+    length_buckets=None,
     needs_init=True,
     lr_scaling=False,  # the SCST rate is given outright (LW-Transformer Sec. IV-C: 5e-6)
 )

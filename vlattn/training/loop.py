@@ -27,7 +27,7 @@ import math
 import random
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -47,20 +47,51 @@ CheckpointWriter = Callable[[str, dict[str, Any]], None]
 """``write(name, train_state)``: save the model with ``train_state`` as checkpoint ``name`` (``last``/``best``)."""
 
 
-class EpochBatchSampler(Sampler[list[int]]):
-    """Batches of a seeded per-epoch permutation, sharded over ranks, starting ``start`` samples into it.
+def epoch_order(
+    num_items: int, batch_size: int, *, seed: int, epoch: int, lengths: Sequence[int] | None = None,
+    length_buckets: int = 0,
+) -> list[int]:
+    """The order of an epoch's samples: a permutation drawn from ``(seed, epoch)`` only.
 
-    The permutation depends only on ``(seed, epoch)``; its part from ``start`` on is cut into global batches of
-    ``batch_size``; rank ``r`` of ``w`` takes batches ``r, r + w, ...``, so all ranks step the same number of
-    times (the last ``< w`` batches of an epoch are left out). ``ends[k]``: the position in the permutation
-    (in samples) after step ``k`` of this sampler, the same on every rank.
+    ``length_buckets`` > 0 (with the items' ``lengths``): the permutation is cut into pools of ``length_buckets``
+    batches, each pool is sorted by length (stable: equal lengths keep the permutation's order) and cut into
+    batches of ``batch_size``, and the full batches are shuffled (by the same generator) with the one short
+    batch, if any, kept last. So consecutive ``batch_size`` samples of the order have similar lengths (less
+    padding), while which samples meet in a batch and the batches' order stay random.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(num_items, generator=generator).tolist()
+    if length_buckets <= 0:
+        return order
+    if lengths is None or len(lengths) != num_items:
+        raise ValueError(f"length_buckets needs one length per item ({num_items})")
+    pool = batch_size * length_buckets
+    batches: list[list[int]] = []
+    for begin in range(0, num_items, pool):
+        ranked = sorted(order[begin : begin + pool], key=lengths.__getitem__)
+        batches += [ranked[i : i + batch_size] for i in range(0, len(ranked), batch_size)]
+    short = batches.pop() if len(batches[-1]) < batch_size else []  # only the last pool's last batch can be short
+    shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return [index for batch in shuffled for index in batch] + short
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Batches of an epoch's order (:func:`epoch_order`), sharded over ranks, starting ``start`` samples into it.
+
+    The order depends only on ``(seed, epoch)`` (and, with ``length_buckets``, the items' ``lengths`` and
+    ``order_batch_size``, the batch size the epoch's order was made for: a run resumed mid-epoch with another
+    batch size keeps its epoch's order); its part from ``start`` on is cut into global batches of ``batch_size``;
+    rank ``r`` of ``w`` takes batches ``r, r + w, ...``, so all ranks step the same number of times (the last
+    ``< w`` batches of an epoch are left out). ``ends[k]``: the position in the order (in samples) after step
+    ``k`` of this sampler, the same on every rank.
     """
 
     def __init__(
-        self, num_items: int, batch_size: int, *, seed: int, epoch: int, start: int = 0, ctx: DistContext = DistContext()
+        self, num_items: int, batch_size: int, *, seed: int, epoch: int, start: int = 0, ctx: DistContext = DistContext(),
+        lengths: Sequence[int] | None = None, length_buckets: int = 0, order_batch_size: int = 0,
     ) -> None:
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        order = torch.randperm(num_items, generator=generator).tolist()[start:]
+        order = epoch_order(num_items, order_batch_size or batch_size, seed=seed, epoch=epoch, lengths=lengths,
+                            length_buckets=length_buckets)[start:]
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         usable = len(batches) - len(batches) % ctx.world_size
         steps = [batches[k : k + ctx.world_size] for k in range(0, usable, ctx.world_size)]
@@ -90,6 +121,7 @@ class LoopOptions:
     num_workers: int = 0
     patience: int = 0  # stop after this many epochs without a better selection metric (0: never)
     precision: Precision = "fp32"  # autocast of training steps and validation (vlattn/precision.py)
+    length_buckets: int = 0  # > 0: batches of similar lengths (epoch_order); the dataset must offer lengths()
 
 
 @dataclass
@@ -104,10 +136,12 @@ class LoopState:
     best_score: float = -math.inf
     log_records: int = 0
     stale_epochs: int = 0  # validated epochs since the best one
+    order_batch_size: int = 0  # the batch size the current epoch's order was made for (0: not yet made)
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "sample_in_epoch": self.sample_in_epoch, "step": self.step,
-                "best_score": self.best_score, "log_records": self.log_records, "stale_epochs": self.stale_epochs}
+                "best_score": self.best_score, "log_records": self.log_records, "stale_epochs": self.stale_epochs,
+                "order_batch_size": self.order_batch_size}
 
     @classmethod
     def from_dict(cls, loop: dict[str, Any], samples_per_batch: int) -> LoopState:
@@ -116,7 +150,8 @@ class LoopState:
         ``log_records`` (-1: unknown)."""
         sample = loop.get("sample_in_epoch", int(loop.get("batch_in_epoch", 0)) * samples_per_batch)
         return cls(int(loop["epoch"]), int(sample), int(loop["step"]), float(loop["best_score"]),
-                   int(loop.get("log_records", -1)), int(loop.get("stale_epochs", 0)))
+                   int(loop.get("log_records", -1)), int(loop.get("stale_epochs", 0)),
+                   int(loop.get("order_batch_size", 0)))
 
 
 def _rng_state() -> dict[str, Any]:
@@ -177,6 +212,12 @@ class Trainer:
         self.scaler = grad_scaler(options.precision, device)
         self.log = RunLog("", enabled=False)  # replaced by the run's log in fit()
         self._saved_at: tuple[int, int, int] | None = None
+        self._lengths: Sequence[int] | None = None
+        if options.length_buckets > 0:
+            lengths = getattr(dataset, "lengths", None)
+            if lengths is None:
+                raise VlattnError(f"stage {options.stage!r}: length_buckets needs a dataset with lengths()")
+            self._lengths = lengths()
 
     # --- checkpoints -------------------------------------------------------------------------
     def _train_state(self) -> dict[str, Any]:
@@ -223,8 +264,12 @@ class Trainer:
 
     # --- the loop ----------------------------------------------------------------------------
     def _loader(self, epoch: int, start: int) -> tuple[DataLoader, EpochBatchSampler]:
+        if start == 0 or not self.state.order_batch_size:
+            self.state.order_batch_size = self.options.batch_size
         sampler = EpochBatchSampler(
-            len(self.dataset), self.options.batch_size, seed=self.options.seed, epoch=epoch, start=start, ctx=self.ctx
+            len(self.dataset), self.options.batch_size, seed=self.options.seed, epoch=epoch, start=start, ctx=self.ctx,
+            lengths=self._lengths, length_buckets=self.options.length_buckets,
+            order_batch_size=self.state.order_batch_size,
         )
         worker_seed = torch.Generator().manual_seed(self.options.seed + epoch)
         loader = DataLoader(

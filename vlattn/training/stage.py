@@ -85,6 +85,9 @@ class Stage(Generic[D]):
     - ``schedule``, ``epochs``, ``batch_size``, ``patience``, ``adam_betas``: the config keys of the stage's
       learning-rate schedule (a ``Spec``), number of epochs, batch size, early-stopping patience (epochs
       without a better ``selection_metric``; 0 = never) and Adam betas (a None value: ``train.adam_betas``).
+    - ``length_buckets``: the config key of the number of batches per length-sorting pool (``train.length_buckets``,
+      :func:`~vlattn.training.loop.epoch_order`; the training set must offer ``lengths()``), or None: batches of the
+      plain permutation.
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
     - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
       cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
@@ -104,6 +107,7 @@ class Stage(Generic[D]):
     batch_size: str = "train.batch_size"
     patience: str = "train.patience"
     adam_betas: str = "train.adam_betas"
+    length_buckets: str | None = None
     needs_init: bool = False
     lr_scaling: bool = False
 
@@ -202,6 +206,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
             num_workers=cfg.data.num_workers,
             patience=value_at(cfg, stage.patience),
             precision=train.precision,
+            length_buckets=value_at(cfg, stage.length_buckets) if stage.length_buckets else 0,
         ),
         device=dev,
         ctx=ctx,
