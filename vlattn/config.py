@@ -78,6 +78,9 @@ class ModelConfig:
     # weights, as MCAN's released code; catt: `dropout` on both, as its released LXMERT/BERT code)
     attention_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
     embedding_dropout: float | None = bounded(None, ge=0.0, lt=1.0)
+    # how dropout layers draw their masks: torch's Bernoulli draw, or uniform draws compared with p (the same
+    # distribution, other random numbers, ~1.6x faster on the CPU; vlattn/layers/dropout.py)
+    dropout_mask: Literal["bernoulli", "uniform"] = "bernoulli"
     max_positions: int = bounded(64, ge=1)
     tie_embeddings: bool = False
     output_bias: bool = True
@@ -173,6 +176,9 @@ class TrainConfig:
     # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
     # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
     scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
+    # stop computing an image once all its samples/beams have ended (vlattn/decoding/active.py): the same samples for
+    # the same dropout masks, less work; in training mode dropout then draws fewer random numbers (other masks)
+    scst_skip_finished: bool = False
     # GPU options (vlattn/precision.py): autocast dtype of training steps and validation, torch.compile of the layers
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool = False

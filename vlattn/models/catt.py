@@ -128,6 +128,10 @@ class StreamCaches:
         first layer holds the word dictionary's keys/values, a :class:`SharedKVCache` that stays as it is)."""
         return StreamCaches(self.in_sample.reorder(index), self.cross_sample.reorder(index))
 
+    def select(self, rows: Tensor, images: Tensor) -> StreamCaches:
+        """Each stream's caches of a subset of images (:meth:`LayerCache.select`)."""
+        return StreamCaches(self.in_sample.select(rows, images), self.cross_sample.select(rows, images))
+
 
 class CattDecoder(TransformerDecoder):
     """:class:`TransformerDecoder` with both streams: ``forward(tokens (B,T), memories) -> logits (B, T, V)``;

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, KeyValueSource, KVCache, Site, StaticKVCache, site_cache
+from vlattn.attention.cache import reorder_state
 from vlattn.models.encoder import Memory
 
 Memories = Mapping[str, Memory]
@@ -107,6 +108,11 @@ class LayerCache:
     def reorder(self, index: Tensor) -> LayerCache:
         """The caches of decoding rows ``index`` (R',): the self-attention cache gathered, ``cross`` kept."""
         return dataclasses.replace(self, self_attention=self.self_attention.reorder(index))
+
+    def select(self, rows: Tensor, images: Tensor) -> LayerCache:
+        """The caches of a subset of images: decoding rows ``rows`` (R',) of the self-attention cache, images
+        ``images`` (B',) of ``cross`` (:func:`~vlattn.attention.cache.reorder_state`)."""
+        return LayerCache(self.self_attention.reorder(rows), reorder_state(self.cross, images))
 
 
 class DecoderLayer(nn.Module):

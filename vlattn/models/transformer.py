@@ -24,6 +24,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
+from vlattn.attention.cache import reorder_state
+from vlattn.decoding.active import image_rows
 from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
@@ -104,6 +106,14 @@ class TransformerCaptioner(nn.Module):
         group = regroup(index, state.images, state.group)
         cache = None if state.cache is None else [layer.reorder(index) for layer in state.cache]
         return TransformerState(state.memories, cache, group)
+
+    def select_images(self, state: TransformerState, images: Tensor) -> TransformerState:
+        """The state of images ``images`` (B',) (increasing indices) with all their decoding rows: memories and
+        cross-attention caches of those images, self-attention caches of their rows (decoders that skip finished
+        images, :mod:`vlattn.decoding.active`)."""
+        rows = image_rows(images, state.group)  # (B' g,)
+        cache = None if state.cache is None else [layer.select(rows, images) for layer in state.cache]
+        return TransformerState(reorder_state(state.memories, images), cache, state.group)
 
     def backbone_layers(self) -> list[nn.Module]:
         """The encoder and decoder layers: what the LW-Transformer paper counts (no embeddings, input

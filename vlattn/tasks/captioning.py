@@ -47,6 +47,7 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
+from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -137,7 +138,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    return build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
+    return use_dropout_mask(build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD), cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
@@ -270,6 +271,7 @@ def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Obj
         num_samples=cfg.train.scst_samples,
         max_len=cfg.eval.max_len,
         normalise=cfg.train.scst_loss_normalise,
+        skip_finished=cfg.train.scst_skip_finished,
     )
 
 

@@ -61,6 +61,7 @@ from vlattn.data.vqa import (
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
+from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import (
     backbone_madds_of,
@@ -209,7 +210,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
 def build_model(cfg: Config, words: Vocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
     """The VQA model of ``cfg.model`` for the vocabularies (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    return build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD)
+    return use_dropout_mask(build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD), cfg.model.dropout_mask)
 
 
 # --- answering and scoring --------------------------------------------------------------------------------

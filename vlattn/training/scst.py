@@ -31,6 +31,8 @@ import torch
 
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search, greedy_decode, sample
+from vlattn.decoding.active import skipping_finished
+from vlattn.decoding.common import Generator
 from vlattn.training.loop import Batch, Objective
 
 
@@ -96,12 +98,15 @@ def scst_objective(
     num_samples: int = 5,
     max_len: int = 20,
     normalise: str = "tokens",
+    skip_finished: bool = False,
 ) -> Objective:
     """The SCST objective for :class:`~vlattn.training.loop.Trainer` (batches from ``collate_eval``).
 
     ``sampling``: ``beam`` (M2: the k beams of a beam search, log-probs kept differentiable) or
     ``sample`` (k multinomial samples). ``baseline``: one of :data:`BASELINES`. ``normalise``: see
-    :func:`scst_loss` (``steps`` divides by ``max_len``).
+    :func:`scst_loss` (``steps`` divides by ``max_len``). ``skip_finished``: draw the samples without computing
+    the images whose samples have all ended (:mod:`vlattn.decoding.active`, models with ``select_images``): the same
+    samples and log-probabilities for the same dropout masks, less work, but dropout draws fewer random numbers.
     ``reward(tokens (N, L), image_ids) -> (N,)`` scores the captions of the images in order.
     """
     if sampling not in SAMPLERS:
@@ -112,7 +117,8 @@ def scst_objective(
 
     def objective(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         image_ids = batch["image_ids"].tolist()
-        tokens, log_probs = draw(model, batch, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, k=num_samples,
+        generator = skipping_finished(model, vocab.EOS) if skip_finished else model
+        tokens, log_probs = draw(generator, batch, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, k=num_samples,
                                  max_len=max_len)  # (B, k, L) each
         b, k, length = tokens.shape
         rewards = reward(tokens.reshape(b * k, length), image_ids).to(log_probs.device).view(b, k)  # (B, k)
@@ -130,13 +136,13 @@ def scst_objective(
     return objective
 
 
-def _beam_samples(model: torch.nn.Module, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
+def _beam_samples(model: Generator, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
                   max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     beams = beam_search(model, inputs, bos=bos, eos=eos, pad=pad, beam_size=k, max_len=max_len, grad=True)
     return beams.tokens, beams.log_probs
 
 
-def _multinomial_samples(model: torch.nn.Module, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
+def _multinomial_samples(model: Generator, inputs: Batch, *, bos: int, eos: int, pad: int, k: int,
                          max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     samples = sample(model, inputs, bos=bos, eos=eos, pad=pad, num_samples=k, max_len=max_len)
     return samples.tokens, samples.log_probs
