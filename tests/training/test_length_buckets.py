@@ -128,3 +128,14 @@ def test_bucketed_xe_resume_after_crash_reaches_identical_weights(tiny_data: Pat
     tasks.train(tiny_config(tiny_data, "train.epochs=3"), tmp_path / "plain", device="cpu")
     plain = load_file(str(tmp_path / "plain" / "checkpoints" / "last" / "model.safetensors"))
     assert not all(torch.equal(straight[key], plain[key]) for key in straight)  # the option changed the batches
+
+
+def test_xe_loss_with_a_fixed_divisor_weighs_every_token_alike() -> None:
+    from vlattn.training.xe import xe_loss
+
+    logits = torch.randn(2, 3, 5)
+    targets = torch.tensor([[1, 2, 0], [3, 0, 0]])  # 3 real tokens, pad 0
+    log_p = logits.log_softmax(-1)
+    total = -(log_p[0, 0, 1] + log_p[0, 1, 2] + log_p[1, 0, 3])
+    assert torch.allclose(xe_loss(logits, targets), total / 3)
+    assert torch.allclose(xe_loss(logits, targets, tokens_per_batch=8.0), total / 8)

@@ -259,7 +259,14 @@ def stage_model(cfg: Config, data: CaptionData) -> nn.Module:
 
 
 def _xe_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objective:
-    return xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing)
+    """With ``train.length_buckets`` the loss is divided by a batch's expected number of target tokens (batch size x
+    the training captions' mean length + 1 for EOS), not by its own (:func:`~vlattn.training.xe.xe_loss`)."""
+    tokens_per_batch = None
+    if cfg.train.length_buckets > 0:
+        lengths = [min(len(c), cfg.data.max_caption_len) + 1 for e in data.entries["train"] for c in e.captions]
+        tokens_per_batch = cfg.train.batch_size * sum(lengths) / max(1, len(lengths))
+    return xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing,
+                        tokens_per_batch=tokens_per_batch)
 
 
 def _scst_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objective:
