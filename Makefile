@@ -10,8 +10,10 @@ DEMO_VQA_RUN ?= runs/demo-vqa
 
 .PHONY: demo demo-vqa test install clean bench
 
+# The venv is made without pip (ensurepip runs pip once just to install pip and setuptools: ~5 CPU s); the one pip
+# run below installs pip into it along with everything else, driven by $(PY)'s own pip (--python).
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
+	$(PY) -m venv --without-pip $(VENV)
 
 # One pip run: torch==2.13.0 (the CPU build on this machine's disk; any other torch spec downloads gigabytes,
 # and pyproject keeps torch>=2.2 for GPU users) and the package with what `make demo` needs (the coco extra:
@@ -21,7 +23,7 @@ $(BIN)/python:
 # left uncompiled are compiled again by every process that imports them (benchmarks/RESULTS.md "Demo time").
 # `make test` / `make install` add the test extras on top (byte-compiled by pip).
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q --no-compile torch==2.13.0 -e '.[coco]'
+	$(PY) -m pip --python $(BIN)/python install -q --no-compile pip torch==2.13.0 -e '.[coco]'
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c 'import torch._dynamo, vlattn.cli, vlattn.demo, vlattn.demo_vqa'
 	touch $(STAMP)
 

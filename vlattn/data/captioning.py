@@ -96,11 +96,9 @@ def collate_train(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Training batch: :func:`collate_regions` plus ``tokens`` (B, T + 2) long = [BOS w1 .. wn EOS PAD ..]."""
     out = collate_regions(batch)
     width = max(len(item["tokens"]) for item in batch) + 2
-    tokens = torch.full((len(batch), width), Vocabulary.PAD, dtype=torch.long)
-    for row, item in enumerate(batch):
-        words = item["tokens"]
-        tokens[row, : len(words) + 2] = torch.tensor([Vocabulary.BOS, *words, Vocabulary.EOS], dtype=torch.long)
-    out["tokens"] = tokens
+    rows = [[Vocabulary.BOS, *item["tokens"], Vocabulary.EOS] + [Vocabulary.PAD] * (width - len(item["tokens"]) - 2)
+            for item in batch]
+    out["tokens"] = torch.tensor(rows, dtype=torch.long)  # one conversion for the batch
     return out
 
 
