@@ -292,9 +292,12 @@ def test_presets() -> None:
     assert isinstance(build_captioner(load_config("configs/m2.yaml", small).model, 50), TransformerCaptioner)
     demo = load_config("configs/m2-demo.yaml")
     reference = load_config("configs/demo.yaml")
-    assert demo.model.kind == "m2" and demo.train == reference.train and demo.eval == reference.eval
-    assert dataclasses.replace(demo.model, kind="transformer", encoder_self_attention=Spec("mha"), options={}) \
-        == reference.model
+    # the Transformer demo's speed settings (benchmarks/RESULTS.md "Demo time", Session 5) were checked for it alone
+    speed = {key: getattr(demo.train, key) for key in ("epochs", "length_buckets", "scst_skip_finished")}
+    assert demo.model.kind == "m2" and demo.train == dataclasses.replace(reference.train, **speed)
+    assert demo.eval == reference.eval
+    assert dataclasses.replace(demo.model, kind="transformer", encoder_self_attention=Spec("mha"), options={},
+                               dropout_mask=reference.model.dropout_mask) == reference.model
 
 
 def test_paper_parameter_count() -> None:
