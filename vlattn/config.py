@@ -146,9 +146,10 @@ class TrainConfig:
     epochs: int = bounded(20, ge=0)
     patience: int = bounded(0, ge=0)  # end XE after this many epochs without a better val CIDEr (0: never)
     batch_size: int = bounded(50, ge=1)
-    # captioning XE: > 0 sorts each pool of this many batches of the epoch's permutation by caption length before cutting it
-    # into batches (shuffled), so a batch is padded to little more than its captions (vlattn/training/loop.py); the
-    # XE loss is then divided by a batch's expected token count, so every token weighs the same in every batch
+    # captioning XE: > 0 sorts each pool of this many batches of the epoch's permutation by caption length before
+    # cutting it into batches (shuffled), so a batch is padded to little more than its captions (vlattn/training/
+    # loop.py); the XE loss is then divided by a batch's expected token count, so every token weighs the same in
+    # every batch
     length_buckets: int = bounded(0, ge=0)
     label_smoothing: float = bounded(0.0, ge=0.0, lt=1.0)
     grad_clip: float = bounded(0.0, ge=0.0)

@@ -48,7 +48,9 @@ def test_batches_are_a_permutation_of_sorted_runs_of_each_pool() -> None:
 
 
 def test_order_is_deterministic_per_seed_and_epoch() -> None:
-    make = lambda seed, epoch: epoch_order(103, 5, seed=seed, epoch=epoch, lengths=LENGTHS, length_buckets=4)  # noqa: E731
+    def make(seed: int, epoch: int) -> list[int]:
+        return epoch_order(103, 5, seed=seed, epoch=epoch, lengths=LENGTHS, length_buckets=4)
+
     assert make(1, 0) == make(1, 0)
     assert make(1, 0) != make(1, 1) and make(1, 0) != make(2, 0)
 

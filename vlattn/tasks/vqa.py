@@ -210,7 +210,8 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
 def build_model(cfg: Config, words: Vocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
     """The VQA model of ``cfg.model`` for the vocabularies (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    return use_dropout_mask(build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD), cfg.model.dropout_mask)
+    model = build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD)
+    return use_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- answering and scoring --------------------------------------------------------------------------------
