@@ -194,21 +194,47 @@ def test_sampling_stops_and_pads_after_eos() -> None:
         assert row in ([A, EOS], [EOS, PAD])
 
 
-def test_finished_rows_frozen_in_place_equal_the_differentiable_path() -> None:
-    from vlattn.decoding.beam import candidate_scores, freeze_finished
-
-    logits = torch.randn(4, 6)
-    finished = torch.tensor([False, True, False, True])
-    frozen = torch.full((6,), float("-inf"))
+def full_matrix_select(log_probs, finished, total, grown, length_penalty):
+    """The selection written over every candidate (the search before session 5): finished rows' log-probs replaced
+    by EOS at no cost, (total + log p) / grown^alpha over the whole (R, V) matrix, one top-K over each image's
+    K V candidates. Returns source, word and chosen log-prob (R,) each."""
+    rows, vocab = log_probs.shape
+    beam = rows // 3
+    frozen = torch.full((vocab,), float("-inf"))
     frozen[EOS] = 0.0
-    expected = logits.clone()
-    expected[1], expected[3] = frozen, frozen  # finished rows: EOS at no cost, nothing else
-    with_grad = freeze_finished(logits.clone().requires_grad_(), finished, frozen)
-    assert with_grad.requires_grad and torch.equal(with_grad.detach(), expected)
-    in_place = logits.clone()
-    assert freeze_finished(in_place, finished, frozen) is in_place and torch.equal(in_place, expected)
-    total, grown = torch.randn(4), torch.tensor([2.0, 1.0, 3.0, 1.0])
-    buffer = torch.empty(4, 6)
-    ranked = candidate_scores(expected, total, grown, 0.0, buffer)
-    assert ranked is buffer and torch.equal(ranked, total[:, None] + expected)
-    assert torch.allclose(candidate_scores(expected, total, grown, 1.0, None)[0], (total[0] + expected[0]) / 2.0)
+    masked = torch.where(finished[:, None], frozen, log_probs)
+    rank = masked + total[:, None]
+    rank = rank if length_penalty == 0 else rank / grown[:, None] ** length_penalty
+    _, flat = rank.reshape(3, beam * vocab).topk(beam, dim=-1)
+    source = (torch.arange(3)[:, None] * beam + flat // vocab).reshape(-1)
+    word = (flat % vocab).reshape(-1)
+    return source, word, masked[source, word]
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.7, 1.0])
+def test_per_row_candidates_select_as_the_full_candidate_matrix(length_penalty: float) -> None:
+    """Ranking each row's K best continuations selects the same beams, words and log-probs (bit for bit) as a
+    top-K over all K V candidates of an image, with finished rows (one image entirely finished), and the chosen
+    log-probs carry the gradient of the chosen entries."""
+    from vlattn.decoding.beam import frozen_candidates, select
+
+    generator = torch.Generator().manual_seed(3)
+    beam, vocab = 4, 40
+    for _ in range(20):
+        logits = torch.randn(3 * beam, vocab, generator=generator) * 3
+        log_probs = logits.log_softmax(-1).requires_grad_()
+        finished = torch.rand(3 * beam, generator=generator) < 0.4
+        finished[beam : 2 * beam] = True  # the second image has finished all its beams
+        total = -torch.rand(3 * beam, generator=generator) * 10
+        grown = torch.randint(1, 6, (3 * beam,), generator=generator).float()
+        frozen = frozen_candidates(torch.zeros(beam), EOS)
+        source, word, chosen = select(log_probs, finished, total, grown, length_penalty, frozen)
+        expected = full_matrix_select(log_probs.detach(), finished, total, grown, length_penalty)
+        assert torch.equal(source, expected[0]) and torch.equal(word, expected[1])
+        assert torch.equal(chosen.detach(), expected[2])
+        assert chosen[finished[source]].eq(0).all()
+        (gradient,) = torch.autograd.grad(chosen.sum(), log_probs)
+        one_hot = torch.zeros_like(gradient)
+        live = ~finished[source]
+        one_hot.index_put_((source[live], word[live]), torch.ones(int(live.sum())), accumulate=True)
+        assert torch.equal(gradient, one_hot)

@@ -17,8 +17,7 @@ from torch import Tensor
 
 
 class Generator(Protocol):
-    """What decoding needs from a model. The log-probabilities ``step`` returns belong to the caller: without
-    gradients, beam search overwrites the rows of finished beams in place."""
+    """What decoding needs from a model."""
 
     def encode(self, inputs: Mapping[str, Any]) -> Any: ...
 
