@@ -45,6 +45,7 @@ class KVCache:
         self.buffer = None if key is None else torch.cat([key, value], dim=-1)  # (B, H, capacity, d_k + d_v)
         self.length = 0 if key is None else key.shape[2]
         self.key_width = 0 if key is None else key.shape[-1]
+        self.projection: Any = None  # what the attention module keeps for the cache's lifetime (its joined projection)
 
     @classmethod
     def of_buffer(cls, buffer: Tensor, length: int, key_width: int) -> KVCache:
@@ -52,6 +53,11 @@ class KVCache:
         cache = cls()
         cache.buffer, cache.length, cache.key_width = buffer, length, key_width
         return cache
+
+    def follow(self, other: KVCache) -> KVCache:
+        """This cache with ``other``'s ``projection`` (a reordered cache keeps what its attention module stored)."""
+        self.projection = other.projection
+        return self
 
     def __len__(self) -> int:
         return self.length
@@ -71,12 +77,23 @@ class KVCache:
         key, value = project()  # (B, H, n, d_k), (B, H, n, d_v)
         new, self.key_width = key.shape[2], key.shape[-1]
         if key.requires_grad or value.requires_grad or (self.buffer is not None and self.buffer.requires_grad):
-            added = torch.cat([key, value], dim=-1)  # (B, H, n, d_k + d_v)
-            self.buffer = added if self.buffer is None else torch.cat([self.buffer[:, :, : self.length], added], dim=2)
+            return self.append_joined(torch.cat([key, value], dim=-1), key.shape[-1])
+        self._reserve(key, value.shape[-1], self.length + new)
+        self.buffer[:, :, self.length : self.length + new, : self.key_width] = key
+        self.buffer[:, :, self.length : self.length + new, self.key_width :] = value
+        self.length += new
+        return self.key, self.value
+
+    def append_joined(self, joined: Tensor, key_width: int) -> tuple[Tensor, Tensor]:
+        """Append new positions whose keys and values are already side by side, ``joined`` (B, H, n, d_k + d_v)
+        (the first ``key_width`` channels the keys): one copy into the buffer, or one concatenation with
+        gradients. Returns all keys and values (B, H, t, d)."""
+        new, self.key_width = joined.shape[2], key_width
+        if joined.requires_grad or (self.buffer is not None and self.buffer.requires_grad):
+            self.buffer = joined if self.buffer is None else torch.cat([self.buffer[:, :, : self.length], joined], dim=2)
         else:
-            self._reserve(key, value.shape[-1], self.length + new)
-            self.buffer[:, :, self.length : self.length + new, : self.key_width] = key
-            self.buffer[:, :, self.length : self.length + new, self.key_width :] = value
+            self._reserve(joined, joined.shape[-1] - key_width, self.length + new)
+            self.buffer[:, :, self.length : self.length + new] = joined
         self.length += new
         return self.key, self.value
 
@@ -95,13 +112,26 @@ class KVCache:
     def reorder(self, index: Tensor) -> KVCache:
         """A new cache holding batch rows ``index`` (B',): one gather of the positions so far."""
         if self.buffer is None:
-            return type(self)()
+            return type(self)().follow(self)
         used = self.buffer[:, :, : self.length]  # (B, H, t, d_k + d_v)
         if self.buffer.requires_grad:
-            return self.of_buffer(used.index_select(0, index), self.length, self.key_width)
+            return self.of_buffer(used.index_select(0, index), self.length, self.key_width).follow(self)
         buffer = self.buffer.new_empty((index.shape[0], *self.buffer.shape[1:]))  # same capacity
         torch.index_select(used, 0, index, out=buffer[:, :, : self.length])
-        return self.of_buffer(buffer, self.length, self.key_width)
+        return self.of_buffer(buffer, self.length, self.key_width).follow(self)
+
+
+@dataclasses.dataclass
+class JoinedAppend:
+    """A key/value source whose keys and values are already projected: fetching appends ``joined``
+    (B, H, n, d_k + d_v), keys in the first ``key_width`` channels, to ``cache`` (:meth:`KVCache.append_joined`)."""
+
+    cache: KVCache
+    joined: Tensor
+    key_width: int
+
+    def fetch(self, project: Projector) -> tuple[Tensor, Tensor]:
+        return self.cache.append_joined(self.joined, self.key_width)
 
 
 class StaticKVCache:

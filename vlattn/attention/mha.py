@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities
-from vlattn.attention.cache import KeyValueSource
+from vlattn.attention.cache import JoinedAppend, KeyValueSource, KVCache
 from vlattn.layers.grouped import xavier_
 
 
@@ -119,11 +119,38 @@ class MultiHeadAttention(nn.Module):
         ``cache``: projected keys/values are fetched through it (appended or computed once).
         ``need_weights``: also return the attention weights (B, H, Nq, Nk).
         """
-        q = self.project_query(query, context)  # (B, H, Nq, d_k)
+        if query is key and key is value and isinstance(cache, KVCache) and self.joins_projections:
+            q, cache = self.project_joined(query, cache)  # cache: the new keys/values, ready to append
+        else:
+            q = self.project_query(query, context)  # (B, H, Nq, d_k)
         out, weights = self.attend(
             q, query, key, value, mask=mask, bias=bias, cache=cache, context=context, need_weights=need_weights
         )
         return AttentionOutput(self.out_proj(out), weights)
+
+    @property
+    def joins_projections(self) -> bool:
+        """Whether self-attention through an appending cache may project queries, keys and values in one product
+        (:meth:`project_joined`): only when none of the projection steps is overridden and all have biases."""
+        steps = ("projections", "project_query", "project_key_value", "key_value_source")
+        plain = all(getattr(type(self), step) is getattr(MultiHeadAttention, step) for step in steps)
+        return plain and all(isinstance(p, nn.Linear) and p.bias is not None for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def project_joined(self, x: Tensor, cache: KVCache) -> tuple[Tensor, KeyValueSource]:
+        """Self-attention's queries, keys and values of the new positions ``x`` (B, n, D) in one product with the
+        weights [W_q; W_k and W_v interleaved head by head], which ``cache`` keeps for its lifetime (one search;
+        built on first use, differentiable). Returns the queries (B, H, n, d_k) and a source appending the keys and
+        values to ``cache`` side by side (its buffer's layout) in one copy."""
+        if cache.projection is None:
+            heads = self.num_heads
+            weight = torch.cat([self.k_proj.weight.unflatten(0, (heads, -1)), self.v_proj.weight.unflatten(0, (heads, -1))], 1)
+            bias = torch.cat([self.k_proj.bias.unflatten(0, (heads, -1)), self.v_proj.bias.unflatten(0, (heads, -1))], 1)
+            cache.projection = (
+                torch.cat([self.q_proj.weight, weight.flatten(0, 1)]), torch.cat([self.q_proj.bias, bias.flatten()])
+            )
+        projected = F.linear(x, *cache.projection)  # (B, n, H d_k + H (d_k + d_v))
+        width = self.q_proj.out_features
+        return self.split_heads(projected[..., :width]), JoinedAppend(cache, self.split_heads(projected[..., width:]), width // self.num_heads)
 
     def attend_each(
         self,

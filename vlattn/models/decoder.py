@@ -90,7 +90,7 @@ class CrossAttentionSite(nn.Module):
         """``x`` (R, T, d) -> (R, T, d) attending ``memories[self.memory]`` (B images, R = B g) at one level."""
         memory = memories[self.memory]
         regions = memory.states[:, self.level]  # (B, N, d)
-        mask = memory.mask[:, None, None, :]  # (B, 1, 1, N)
+        mask = memory.key_mask  # (B, 1, 1, N), None if nothing is padded
         queries = per_image(x, regions.shape[0])  # (B, g T, d)
         attended = self.attention(queries, regions, regions, mask=mask, cache=cache, context=CROSS_CONTEXT).out
         return self.norm(x, per_row(attended, x))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,12 @@ class Memory:
 
     states: Tensor
     mask: Tensor
+
+    @cached_property
+    def key_mask(self) -> Tensor | None:
+        """``mask`` as attention takes it for these elements as keys, (B, 1, 1, N) bool; None when every element is
+        real (attention then skips masking, which changes nothing; computed once, not at every decoding step)."""
+        return None if bool(self.mask.all()) else self.mask[:, None, None, :]
 
 
 class EncoderLayer(nn.Module):

@@ -90,7 +90,7 @@ class MeshedCrossAttention(nn.Module):
     def attend(self, x: Tensor, memory: Memory, cache: list[StaticKVCache] | None = None) -> Tensor:
         """C(X_i, Y) for every connected level: (N, R, T, d), from ``x`` (R, T, d) and ``memory`` (B, L, Nr, d),
         R = B g decoding rows grouped by image."""
-        mask = memory.mask[:, None, None, :]  # (B, 1, 1, Nr): padded regions are never attended to
+        mask = memory.key_mask  # (B, 1, 1, Nr) or None: padded regions are never attended to
         caches = cache if cache is not None else [None] * len(self.levels)
         queries = per_image(x, memory.states.shape[0])  # (B, g T, d)
         sources = [
