@@ -301,3 +301,22 @@ def test_reorder_state_selects_rows_of_nested_tensors_caches_and_dataclasses() -
     assert isinstance(out["cache"][0].cross, StaticKVCache) and out["cache"][0].cross.key is None
     assert cache.key.flatten().tolist() == [0.0, 1.0, 2.0]
     torch.testing.assert_close(out["geometry"].relative, relative[[2, 2, 0]])
+
+
+def test_reordering_an_appending_cache_alternates_two_buffers() -> None:
+    """Without gradients a reorder gathers into the buffer of the cache reordered two steps before once that cache
+    is gone (no new buffer per decoding step), never while it lives; the rows follow every reorder."""
+    def values(cache: KVCache) -> list[float]:
+        return cache.key.flatten().tolist()
+
+    cache = KVCache()
+    cache.fetch(lambda: (torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1) + 10))
+    first = cache.buffer
+    once = cache.reorder(torch.tensor([2, 0, 1]))
+    once.fetch(lambda: (torch.full((3, 1, 1, 1), 5.0), torch.full((3, 1, 1, 1), 6.0)))
+    kept = once.reorder(torch.tensor([1, 1, 0]))  # `cache` still lives: a new buffer
+    assert kept.buffer is not first and values(cache) == [0.0, 1.0, 2.0]
+    del cache, kept
+    twice = once.reorder(torch.tensor([1, 1, 0]))
+    assert twice.buffer is first and values(twice) == [0.0, 5.0, 0.0, 5.0, 2.0, 5.0]
+    assert twice.value[:, 0, 0].flatten().tolist() == [10.0, 10.0, 12.0]

@@ -20,6 +20,7 @@ every tensor of that state (and of the caches in it) to follow beams.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 
 Projector = Callable[[], tuple[Tensor, Tensor]]
-MIN_CAPACITY = 16  # positions allocated by the first append without gradients
+MIN_CAPACITY = 32  # positions allocated by the first append without gradients (a 20-word caption never regrows)
 
 
 class KeyValueSource(Protocol):
@@ -38,7 +39,12 @@ class KeyValueSource(Protocol):
 
 class KVCache:
     """Appending cache: keys (B, H, t, d_k) and values (B, H, t, d_v) of the t positions so far, views of one
-    buffer (B, H, capacity, d_k + d_v)."""
+    buffer (B, H, capacity, d_k + d_v).
+
+    Without gradients :meth:`reorder` gathers into a spare buffer when one is free: the buffer of the cache this one
+    was reordered from, once that cache is gone (decoding drops each state as it reorders it), so a search
+    alternates between two buffers instead of allocating (and faulting in) a new one at every step. The keys and
+    values handed out are views of the buffer: valid while their cache lives."""
 
     def __init__(self, key: Tensor | None = None, value: Tensor | None = None) -> None:
         """Empty, or holding ``key`` (B, H, t, d_k) and ``value`` (B, H, t, d_v)."""
@@ -46,6 +52,8 @@ class KVCache:
         self.length = 0 if key is None else key.shape[2]
         self.key_width = 0 if key is None else key.shape[-1]
         self.projection: Any = None  # what the attention module keeps for the cache's lifetime (its joined projection)
+        self.spare: Tensor | None = None  # the buffer of the cache reordered from: the next reorder's target ...
+        self.spare_owner: Callable[[], KVCache | None] = lambda: None  # ... once this returns None (that cache gone)
 
     @classmethod
     def of_buffer(cls, buffer: Tensor, length: int, key_width: int) -> KVCache:
@@ -107,18 +115,24 @@ class KVCache:
         grown = like.new_empty(size)
         if self.buffer is not None:
             grown[:, :, : self.length] = self.buffer[:, :, : self.length]
-        self.buffer = grown
+        self.buffer, self.spare = grown, None
 
     def reorder(self, index: Tensor) -> KVCache:
-        """A new cache holding batch rows ``index`` (B',): one gather of the positions so far."""
+        """A new cache holding batch rows ``index`` (B',): one gather of the positions so far (into the spare
+        buffer when it is free and fits; see the class docstring)."""
         if self.buffer is None:
             return type(self)().follow(self)
         used = self.buffer[:, :, : self.length]  # (B, H, t, d_k + d_v)
         if self.buffer.requires_grad:
             return self.of_buffer(used.index_select(0, index), self.length, self.key_width).follow(self)
-        buffer = self.buffer.new_empty((index.shape[0], *self.buffer.shape[1:]))  # same capacity
-        torch.index_select(used, 0, index, out=buffer[:, :, : self.length])
-        return self.of_buffer(buffer, self.length, self.key_width).follow(self)
+        shape = (index.shape[0], *self.buffer.shape[1:])  # same capacity
+        free = self.spare is not None and self.spare.shape == shape and self.spare_owner() is None
+        target = self.spare if free else self.buffer.new_empty(shape)
+        torch.index_select(used, 0, index, out=target[:, :, : self.length])
+        moved = self.of_buffer(target, self.length, self.key_width).follow(self)
+        if self.buffer.shape == shape:
+            moved.spare, moved.spare_owner = self.buffer, weakref.ref(self)
+        return moved
 
 
 @dataclasses.dataclass
