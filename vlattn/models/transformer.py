@@ -18,9 +18,11 @@ self-attention caches, one gather per layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
@@ -36,6 +38,36 @@ from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, regi
 ModelInputs = Mapping[str, Tensor]
 
 
+class OutputBuffers:
+    """The (R, V) buffers a search's steps write the output layer's logits and log-probabilities into without
+    gradients (a fresh 2 x R V floats at every step cost as much in page faults as the log-softmax itself).
+
+    The logits buffer is internal. The log-probabilities of a step are written into the buffer of an earlier step
+    only once the tensor returned then is gone (beam search drops it before the next step; a caller that keeps it
+    gets a fresh buffer): a step's result is never overwritten while it is held (views of it excepted — hold the
+    returned tensor itself)."""
+
+    def __init__(self) -> None:
+        self.logits: Tensor | None = None
+        self.log_probs: Tensor | None = None
+        self.handed: Callable[[], Tensor | None] = lambda: None  # the tensor returned last, while it lives
+
+    def log_softmax(self, output: nn.Linear, hidden: Tensor) -> Tensor:
+        """``output(hidden).log_softmax(-1)``, (R, V) from ``hidden`` (R, d), written into the reused buffers."""
+        shape = (hidden.shape[0], output.out_features)
+        if self.logits is None or self.logits.shape != shape:
+            self.logits = hidden.new_empty(shape)
+        if output.bias is None:
+            torch.mm(hidden, output.weight.t(), out=self.logits)
+        else:
+            torch.addmm(output.bias, hidden, output.weight.t(), out=self.logits)
+        if self.log_probs is None or self.log_probs.shape != shape or self.handed() is not None:
+            self.log_probs = hidden.new_empty(shape)
+        returned = torch.log_softmax(self.logits, -1, out=self.log_probs).view(shape)  # its own object to track
+        self.handed = weakref.ref(returned)
+        return returned
+
+
 @dataclass
 class TransformerState:
     """Decoding state: the encoded ``memories`` (name -> :class:`Memory`, B images) and, when caching, the caches
@@ -46,6 +78,7 @@ class TransformerState:
     memories: dict[str, Memory]
     cache: list[Any] | None = None
     group: int = 1
+    outputs: OutputBuffers = field(default_factory=OutputBuffers)
 
     @property
     def images(self) -> int:
@@ -97,7 +130,10 @@ class TransformerCaptioner(nn.Module):
             hidden = self.decoder.hidden(tokens, state.memories, state.cache, tokens.shape[1] - 1)
         else:
             hidden = self.decoder.hidden(tokens, state.memories)
-        return self.decoder.output(hidden[:, -1]).log_softmax(dim=-1), state
+        output, last = self.decoder.output, hidden[:, -1]  # (B, d)
+        if torch.is_grad_enabled() or type(output) is not nn.Linear:
+            return output(last).log_softmax(dim=-1), state
+        return state.outputs.log_softmax(output, last), state
 
     def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
         """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
@@ -105,7 +141,7 @@ class TransformerCaptioner(nn.Module):
         gathered (each layer's ``reorder``); memories and cross-attention caches stay once per image."""
         group = regroup(index, state.images, state.group)
         cache = None if state.cache is None else [layer.reorder(index) for layer in state.cache]
-        return TransformerState(state.memories, cache, group)
+        return TransformerState(state.memories, cache, group, state.outputs)
 
     def select_images(self, state: TransformerState, images: Tensor) -> TransformerState:
         """The state of images ``images`` (B',) (increasing indices) with all their decoding rows: memories and
