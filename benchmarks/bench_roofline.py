@@ -23,24 +23,33 @@ the bound of *its* FLOP count at today's rate, so FLOPs an optimisation removed 
 ``--profile N`` adds where each run's time goes: one call under ``torch.profiler`` (self CPU time per operator),
 grouped into GEMMs, fused attention and the rest, with the rest's N largest operators and the time outside
 operators (Python, dispatch).
+``--against DIR`` times another checkout's beam search side by side with this one's, in the same process: DIR's
+``vlattn`` is imported as a renamed copy (``vlattn_against``, imports rewritten, in a temporary directory), its
+models are built from the same seed (tokens and scores compared), and every round runs both, alternating which
+goes first; the table gains the median over rounds of its time / this checkout's.
 
     .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
-        [--profile N] [--runs RUN ...]
+        [--profile N] [--runs RUN ...] [--against DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
+import re
+import shutil
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from results import parse_args, publish, sized
+from results import paired_ratio, parse_args, publish, sized
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
@@ -199,17 +208,51 @@ def seconds(run: Run) -> float:
     return time.perf_counter() - start
 
 
-def build_models() -> dict[str, nn.Module]:
-    """The Transformer of configs/transformer.yaml at 3+3 layers and M2 of configs/m2.yaml, seeded alike."""
+def build_models(package: str = "vlattn") -> dict[str, nn.Module]:
+    """The Transformer of configs/transformer.yaml at 3+3 layers and M2 of configs/m2.yaml, seeded alike, built by
+    ``package`` (this checkout's ``vlattn``, or another's under ``--against``)."""
+    config = importlib.import_module(f"{package}.config")
+    build = importlib.import_module(f"{package}.models").build_captioner
     configs = {
-        "Transformer": load_config("configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]),
-        "M2": load_config("configs/m2.yaml"),
+        "Transformer": config.load_config("configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]),
+        "M2": config.load_config("configs/m2.yaml"),
     }
     models = {}
     for name, cfg in configs.items():
         torch.manual_seed(0)
-        models[name] = build_captioner(cfg.model, VOCAB, pad_id=Vocabulary.PAD)
+        models[name] = build(cfg.model, VOCAB, pad_id=Vocabulary.PAD)
     return models
+
+
+def import_against(checkout: Path, into: Path) -> str:
+    """Import ``checkout``'s ``vlattn`` as the package ``vlattn_against`` (a copy under ``into`` with its absolute
+    imports rewritten), beside this checkout's; returns the package name."""
+    shutil.copytree(checkout / "vlattn", into / "vlattn_against", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in (into / "vlattn_against").rglob("*.py"):
+        path.write_text(re.sub(r"\bvlattn(?=[. ]|$)", "vlattn_against", path.read_text(), flags=re.M))
+    sys.path.insert(0, str(into))
+    return importlib.import_module("vlattn_against").__name__
+
+
+def against_runs(checkout: Path, into: Path, batch: dict[str, Any], steps: int) -> dict[str, Run]:
+    """Model name -> beam search run of ``checkout``'s code (:func:`import_against`) at the same settings."""
+    package = import_against(checkout, into)
+    search = importlib.import_module(f"{package}.decoding").beam_search
+
+    def run_of(model: nn.Module) -> Run:
+        def run() -> object:
+            model.eval()
+            return search(model, batch, bos=Vocabulary.BOS, eos=Vocabulary.EOS, beam_size=BEAM, max_len=steps)
+        return run
+    return {name: run_of(model) for name, model in build_models(package).items()}
+
+
+def same_beams(ours: Run, theirs: Run) -> str:
+    """Whether two beam search runs return the same tokens, and their largest score difference."""
+    with torch.no_grad():
+        a, b = ours(), theirs()
+    same = "identical" if torch.equal(a.tokens, b.tokens) else "DIFFERENT"
+    return f"tokens {same}, scores within {(a.scores - b.scores).abs().max().item():.1e}"
 
 
 def scst_reward(batch_size: int) -> Callable[[Tensor, list[int]], Tensor]:
@@ -253,6 +296,8 @@ def extra_options(parser: argparse.ArgumentParser) -> None:
                         help="add a table of where each run's time goes, naming the N largest other operators")
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS), metavar="RUN",
                         help=f"measure only these runs (of {', '.join(map(repr, RUNS))}; default all)")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="also time DIR's beam search (another checkout) side by side: its time / this one's")
 
 
 def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
@@ -283,9 +328,17 @@ def main() -> None:
     ran = runs[("beam search", "M2")]().tokens.shape[-1]  # words decoded (20 unless every beam ended early)
     runs = {key: run for key, run in runs.items() if key[0] in args.runs}
     measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
-    for _ in range(args.repeats):
+    scratch = tempfile.TemporaryDirectory()
+    theirs = {} if args.against is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps)
+    compared = {key: same_beams(run, theirs[key[1]]) for key, run in runs.items() if key[0] == "beam search" and theirs}
+    their_times: dict[tuple[str, str], list[float]] = {key: [] for key in compared}
+    for round_ in range(args.repeats):
         for key, run in runs.items():
+            if key in compared and round_ % 2:
+                their_times[key].append(seconds(theirs[key[1]]))
             measured[key].times.append(seconds(run))
+            if key in compared and not round_ % 2:
+                their_times[key].append(seconds(theirs[key[1]]))
             measured[key].replay_times.append(replay_seconds(measured[key].calls))
     rows, figures = [], []
     for (task, name), m in measured.items():
@@ -294,6 +347,9 @@ def main() -> None:
         earlier = before.get((task, name))
         versus = (f" {earlier / 1e9:.1f} | **{statistics.median(m.ratios(earlier)):.2f}x** |"
                   if earlier else " - | - |") if before else ""
+        if theirs:
+            versus += (f" {paired_ratio(their_times[(task, name)], m.times):.3f} ({compared[(task, name)]}) |"
+                       if (task, name) in compared else " - |")
         rows.append(
             f"| {task} | {name} | {(m.flops - m.sdpa_flops) / 1e9:.1f} | {m.sdpa_flops / 1e9:.2f} | "
             f"{f['gemm_rate'] / 1e9:.0f} | {f['bound']:.2f} | {f['time']:.2f} | **{f['ratio']:.2f}x** |{versus}"
@@ -303,6 +359,7 @@ def main() -> None:
                     "torch": torch.__version__}
         atomic_write_text(args.json, json.dumps({"settings": settings, "rows": figures}, indent=1) + "\n")
     extra_head = f" GFLOP of {args.before.name} | time / bound at its FLOPs |" if before else ""
+    extra_head += f" time of {args.against} / this checkout's, paired rounds |" if theirs else ""
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
@@ -315,7 +372,7 @@ GEMM FLOPs / replay time, measured next to each run. Bound = all FLOPs / rate. `
 median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
 
 | run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate (GFLOP/s) | bound (s) | time (s) | time / bound |{extra_head}
-|---|---|---|---|---|---|---|---|{"---|---|" if before else ""}
+|---|---|---|---|---|---|---|---|{"---|---|" if before else ""}{"---|" if theirs else ""}
 {chr(10).join(rows)}"""
     if args.profile:
         shares = "\n".join(f"| {task} | {name} | {time_shares(run, args.profile)} |"
