@@ -214,7 +214,9 @@ def build_models(package: str = "vlattn") -> dict[str, nn.Module]:
     config = importlib.import_module(f"{package}.config")
     build = importlib.import_module(f"{package}.models").build_captioner
     configs = {
-        "Transformer": config.load_config("configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]),
+        "Transformer": config.load_config(
+            "configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]
+        ),
         "M2": config.load_config("configs/m2.yaml"),
     }
     models = {}

@@ -320,3 +320,35 @@ def test_reordering_an_appending_cache_alternates_two_buffers() -> None:
     twice = once.reorder(torch.tensor([1, 1, 0]))
     assert twice.buffer is first and values(twice) == [0.0, 5.0, 0.0, 5.0, 2.0, 5.0]
     assert twice.value[:, 0, 0].flatten().tolist() == [10.0, 10.0, 12.0]
+
+
+def test_cached_self_attention_projects_queries_keys_and_values_in_one_product() -> None:
+    """Plain MHA through an appending cache uses the joined projection (kept in the cache); outputs, cached keys and
+    values and gradients equal those of the separate projections (a subclass overriding a projection step keeps
+    them separate)."""
+
+    class Separate(MultiHeadAttention):
+        def project_query(self, query, context):
+            return super().project_query(query, context)
+
+    torch.manual_seed(0)
+    joined = MultiHeadAttention(AttentionDims(16, 4, 0.0))
+    separate = Separate(AttentionDims(16, 4, 0.0))
+    separate.load_state_dict(joined.state_dict())
+    assert joined.joins_projections and not separate.joins_projections
+    x = torch.randn(2, 3, 16)
+    caches = KVCache(), KVCache()
+    for t in range(3):
+        step = x[:, t : t + 1]
+        outputs = [module(step, step, step, cache=cache).out for module, cache in zip((joined, separate), caches)]
+        torch.testing.assert_close(outputs[0], outputs[1])
+    torch.testing.assert_close(caches[0].key, caches[1].key)
+    torch.testing.assert_close(caches[0].value, caches[1].value)
+    assert caches[0].projection is not None and caches[1].projection is None
+    grads = []
+    for module in (joined, separate):
+        cache = KVCache()
+        sum(module(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache).out.sum() for t in range(3)).backward()
+        grads.append([p.grad for p in (module.k_proj.weight, module.v_proj.bias, module.q_proj.weight)])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -98,7 +98,8 @@ class KVCache:
         gradients. Returns all keys and values (B, H, t, d)."""
         new, self.key_width = joined.shape[2], key_width
         if joined.requires_grad or (self.buffer is not None and self.buffer.requires_grad):
-            self.buffer = joined if self.buffer is None else torch.cat([self.buffer[:, :, : self.length], joined], dim=2)
+            before = self.buffer
+            self.buffer = joined if before is None else torch.cat([before[:, :, : self.length], joined], dim=2)
         else:
             self._reserve(joined, joined.shape[-1] - key_width, self.length + new)
             self.buffer[:, :, self.length : self.length + new] = joined

@@ -134,7 +134,8 @@ class MultiHeadAttention(nn.Module):
         (:meth:`project_joined`): only when none of the projection steps is overridden and all have biases."""
         steps = ("projections", "project_query", "project_key_value", "key_value_source")
         plain = all(getattr(type(self), step) is getattr(MultiHeadAttention, step) for step in steps)
-        return plain and all(isinstance(p, nn.Linear) and p.bias is not None for p in (self.q_proj, self.k_proj, self.v_proj))
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        return plain and all(isinstance(p, nn.Linear) and p.bias is not None for p in projections)
 
     def project_joined(self, x: Tensor, cache: KVCache) -> tuple[Tensor, KeyValueSource]:
         """Self-attention's queries, keys and values of the new positions ``x`` (B, n, D) in one product with the
@@ -142,15 +143,15 @@ class MultiHeadAttention(nn.Module):
         built on first use, differentiable). Returns the queries (B, H, n, d_k) and a source appending the keys and
         values to ``cache`` side by side (its buffer's layout) in one copy."""
         if cache.projection is None:
-            heads = self.num_heads
-            weight = torch.cat([self.k_proj.weight.unflatten(0, (heads, -1)), self.v_proj.weight.unflatten(0, (heads, -1))], 1)
-            bias = torch.cat([self.k_proj.bias.unflatten(0, (heads, -1)), self.v_proj.bias.unflatten(0, (heads, -1))], 1)
-            cache.projection = (
-                torch.cat([self.q_proj.weight, weight.flatten(0, 1)]), torch.cat([self.q_proj.bias, bias.flatten()])
-            )
+            def stacked(name: str) -> Tensor:  # [W_q; W_k of head 1, W_v of head 1, ...] (or the biases)
+                by_head = [getattr(p, name).unflatten(0, (self.num_heads, -1)) for p in (self.k_proj, self.v_proj)]
+                return torch.cat([getattr(self.q_proj, name), torch.cat(by_head, 1).flatten(0, 1)])
+
+            cache.projection = (stacked("weight"), stacked("bias"))
         projected = F.linear(x, *cache.projection)  # (B, n, H d_k + H (d_k + d_v))
         width = self.q_proj.out_features
-        return self.split_heads(projected[..., :width]), JoinedAppend(cache, self.split_heads(projected[..., width:]), width // self.num_heads)
+        joined = self.split_heads(projected[..., width:])  # (B, H, n, d_k + d_v)
+        return self.split_heads(projected[..., :width]), JoinedAppend(cache, joined, width // self.num_heads)
 
     def attend_each(
         self,
