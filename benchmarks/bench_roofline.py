@@ -330,8 +330,8 @@ def main() -> None:
     ran = runs[("beam search", "M2")]().tokens.shape[-1]  # words decoded (20 unless every beam ended early)
     runs = {key: run for key, run in runs.items() if key[0] in args.runs}
     measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
-    scratch = tempfile.TemporaryDirectory()
-    theirs = {} if args.against is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps)
+    scratch = None if args.against is None else tempfile.TemporaryDirectory()  # the renamed copy, removed at exit
+    theirs = {} if scratch is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps)
     compared = {key: same_beams(run, theirs[key[1]]) for key, run in runs.items() if key[0] == "beam search" and theirs}
     their_times: dict[tuple[str, str], list[float]] = {key: [] for key in compared}
     for round_ in range(args.repeats):
