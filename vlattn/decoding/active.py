@@ -1,7 +1,7 @@
 """Decoding only the images still in progress: a :class:`~vlattn.decoding.common.Generator` wrapper.
 
 The batched decoders advance every image until the last one has ended; an image whose rows (beams or samples) have
-all produced the end token only takes the zero-cost continuation from then on (the decoders overwrite its rows'
+all produced the end token only takes the zero-cost continuation from then on (the decoders replace its rows'
 log-probabilities), yet the model still computes them — with gradients (SCST) forward and backward. Wrapped in
 :class:`ActiveImages`, the model computes the rows of unfinished images only: once every row of an image holds
 ``eos`` the image's state is dropped (the model's ``select_images(state, images)``), and its rows' log-probabilities
