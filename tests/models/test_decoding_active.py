@@ -85,15 +85,16 @@ def test_sampling_and_greedy_skip_finished_images_with_the_same_results() -> Non
 
 
 UPDOWN_CATT = {"kind": "updown", "decoder_cross_attention": Spec("catt_additive", SITE_OPTIONS["catt_additive"])}
+UPDOWN_SLA = {"kind": "updown", "decoder_cross_attention": Spec("sla", {"units": 3, "position": "boxes"})}
 
 
 @pytest.mark.parametrize("overrides, eos_bias", [
-    ({}, 1.0), ({}, 2.0), ({"kind": "updown"}, 0.2), ({"kind": "updown"}, 0.3), (UPDOWN_CATT, 0.24),
+    ({}, 1.0), ({}, 2.0), ({"kind": "updown"}, 0.2), ({"kind": "updown"}, 0.3), (UPDOWN_CATT, 0.24), (UPDOWN_SLA, 0.0),
 ])
 def test_beam_search_with_gradients_is_unchanged(overrides: dict, eos_bias: float) -> None:
-    """Transformer, Up-Down (LSTM rows selected by image, regions and the top-down compute-once cache by image) and
-    Up-Down + CATT (its dictionary cache kept): the same beams, log-probs and gradients with finished images
-    dropped."""
+    """Transformer, Up-Down (LSTM rows selected by image, regions and the top-down compute-once cache by image),
+    Up-Down + CATT (its dictionary cache kept) and Up-Down + SLA: the same beams, log-probs and gradients with
+    finished images dropped."""
     torch.manual_seed(0)
     model, inputs = tiny_captioner(seed=3, **overrides), model_inputs(tiny_inputs(batch=4, seed=2))
     with torch.no_grad():  # some images end early, others late
