@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from registry_cases import SITE_OPTIONS
 from tests.models.conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, tiny_inputs
 
+from vlattn.config import Spec
 from vlattn.decoding import beam_search, greedy_decode, sample
 from vlattn.decoding.active import ActiveImages, image_rows
 
@@ -82,12 +84,21 @@ def test_sampling_and_greedy_skip_finished_images_with_the_same_results() -> Non
     assert sum(active_model.rows) < sum(full_model.rows)  # some image ended before the last one (rows dropped)
 
 
-@pytest.mark.parametrize("eos_bias", [1.0, 2.0])
-def test_transformer_beam_search_with_gradients_is_unchanged(eos_bias: float) -> None:
+UPDOWN_CATT = {"kind": "updown", "decoder_cross_attention": Spec("catt_additive", SITE_OPTIONS["catt_additive"])}
+UPDOWN_SLA = {"kind": "updown", "decoder_cross_attention": Spec("sla", {"units": 3, "position": "boxes"})}
+
+
+@pytest.mark.parametrize("overrides, eos_bias", [
+    ({}, 1.0), ({}, 2.0), ({"kind": "updown"}, 0.2), ({"kind": "updown"}, 0.3), (UPDOWN_CATT, 0.24), (UPDOWN_SLA, 0.0),
+])
+def test_beam_search_with_gradients_is_unchanged(overrides: dict, eos_bias: float) -> None:
+    """Transformer, Up-Down (LSTM rows selected by image, regions and the top-down compute-once cache by image),
+    Up-Down + CATT (its dictionary cache kept) and Up-Down + SLA: the same beams, log-probs and gradients with
+    finished images dropped."""
     torch.manual_seed(0)
-    model, inputs = tiny_captioner(seed=3), model_inputs(tiny_inputs(batch=4, seed=2))
-    with torch.no_grad():
-        model.decoder.output.bias[EOS] += eos_bias  # some images end early, others late
+    model, inputs = tiny_captioner(seed=3, **overrides), model_inputs(tiny_inputs(batch=4, seed=2))
+    with torch.no_grad():  # some images end early, others late
+        (model.output if overrides.get("kind") == "updown" else model.decoder.output).bias[EOS] += eos_bias
     full = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=3, max_len=12, grad=True)
     grads_full = torch.autograd.grad(full.log_probs.sum(), list(model.parameters()), allow_unused=True)
     fast = beam_search(ActiveImages(model, EOS), inputs, bos=BOS, eos=EOS, beam_size=3, max_len=12, grad=True)

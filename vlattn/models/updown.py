@@ -71,6 +71,7 @@ from vlattn.attention import (
     site_cache,
 )
 from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.decoding.active import image_rows
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
@@ -235,6 +236,16 @@ class UpDownCaptioner(nn.Module):
         if cache is not None:
             cache = UpDownCache(reorder_state(cache.lstm, index), cache.attention, cache.steps)
         return UpDownState(state.regions, cache, group)
+
+    def select_images(self, state: UpDownState, images: Tensor) -> UpDownState:
+        """The state of images ``images`` (B',) (increasing indices) with all their decoding rows: their regions and
+        the top-down attention's compute-once cache, the LSTM states of their rows (decoders that skip finished
+        images, :mod:`vlattn.decoding.active`)."""
+        cache = state.cache
+        if cache is not None:
+            rows = image_rows(images, state.group)  # (B' g,)
+            cache = UpDownCache(reorder_state(cache.lstm, rows), reorder_state(cache.attention, images), cache.steps)
+        return UpDownState(reorder_state(state.regions, images), cache, state.group)
 
 
 def embedding_layer(input_dim: int, output_dim: int, dropout: float) -> nn.Sequential:
