@@ -263,8 +263,8 @@ def _xe_objective(cfg: Config, data: CaptionData, device: torch.device) -> Objec
     the training captions' mean length + 1 for EOS), not by its own (:func:`~vlattn.training.xe.xe_loss`)."""
     tokens_per_batch = None
     if cfg.train.length_buckets > 0:
-        lengths = [min(len(c), cfg.data.max_caption_len) + 1 for e in data.entries["train"] for c in e.captions]
-        tokens_per_batch = cfg.train.batch_size * sum(lengths) / max(1, len(lengths))
+        targets = [length + 1 for length in data.train_set().lengths()]  # words + EOS of each training caption
+        tokens_per_batch = cfg.train.batch_size * sum(targets) / max(1, len(targets))
     return xe_objective(pad_id=data.vocab.PAD, label_smoothing=cfg.train.label_smoothing,
                         tokens_per_batch=tokens_per_batch)
 
