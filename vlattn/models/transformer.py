@@ -32,6 +32,7 @@ from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
+from vlattn.layers.packed import PackedLinear
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder, regroup
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
@@ -55,15 +56,19 @@ class OutputBuffers:
     def log_softmax(self, output: nn.Linear, hidden: Tensor) -> Tensor:
         """``output(hidden).log_softmax(-1)``, (R, V) from ``hidden`` (R, d), written into the reused buffers."""
         shape = (hidden.shape[0], output.out_features)
-        if self.logits is None or self.logits.shape != shape:
-            self.logits = hidden.new_empty(shape)
-        if output.bias is None:
-            torch.mm(hidden, output.weight.t(), out=self.logits)
+        if isinstance(output, PackedLinear) and output.packs(hidden):
+            logits = output(hidden)  # oneDNN writes its own output (eval.packed_output)
         else:
-            torch.addmm(output.bias, hidden, output.weight.t(), out=self.logits)
+            if self.logits is None or self.logits.shape != shape:
+                self.logits = hidden.new_empty(shape)
+            logits = self.logits
+            if output.bias is None:
+                torch.mm(hidden, output.weight.t(), out=logits)
+            else:
+                torch.addmm(output.bias, hidden, output.weight.t(), out=logits)
         if self.log_probs is None or self.log_probs.shape != shape or self.handed() is not None:
             self.log_probs = hidden.new_empty(shape)
-        returned = torch.log_softmax(self.logits, -1, out=self.log_probs).view(shape)  # its own object to track
+        returned = torch.log_softmax(logits, -1, out=self.log_probs).view(shape)  # its own object to track
         self.handed = weakref.ref(returned)
         return returned
 

@@ -48,6 +48,7 @@ from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.layers.dropout import use_dropout_mask
+from vlattn.layers.packed import use_packed_output
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -138,7 +139,8 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    return use_dropout_mask(build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD), cfg.model.dropout_mask)
+    model = build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
+    return use_packed_output(use_dropout_mask(model, cfg.model.dropout_mask), cfg.eval.packed_output)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
