@@ -44,7 +44,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,14 @@ import torch
 from results import paired_ratio, parse_args, publish, sized
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.flop_counter import FlopCounterMode, flop_registry, shape_wrapper
 
 from vlattn.config import load_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search
 from vlattn.io import atomic_write_text
+from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS, use_packed_output
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
 from vlattn.models import build_captioner
 from vlattn.models.profile import random_batch
@@ -70,15 +72,29 @@ VOCAB, REGIONS, FEATURES, BEAM, LENGTH = 10201, 50, 2048, 5, 20
 RUNS = ("beam search", "SCST step", "XE step")
 aten = torch.ops.aten
 GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+# oneDNN's linear on a weight reordered once (vlattn.layers.packed.PackedLinear, ``--packed-output``): a GEMM too
+LINEAR = torch.ops.mkldnn._linear_pointwise if ONEDNN_LINEAR else None
+REORDER = torch.ops.mkldnn._reorder_linear_weight if ONEDNN_LINEAR else None
+
+
+def linear_flop(x_shape: torch.Size, w_shape: torch.Size, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """FLOPs of oneDNN's linear, x (..., in) by a weight (out, in): addmm's count, 2 x rows x in x out."""
+    rows = 1
+    for n in x_shape[:-1]:
+        rows *= n
+    return flop_registry[aten.mm].__wrapped__((rows, x_shape[-1]), (w_shape[1], w_shape[0]))
+
+
 # FlopCounterMode knows the CUDA attention kernels but not the fused CPU one that eval-mode SDPA runs
 # (training with attention dropout takes the math path: bmm + softmax, counted as GEMMs); same formulas
-# (``__wrapped__``: the shape-level function, which FlopCounterMode wraps itself).
+# (``__wrapped__``: the shape-level function, which FlopCounterMode wraps itself). Nor oneDNN's linear.
 CPU_SDPA = {
     aten._scaled_dot_product_flash_attention_for_cpu:
         flop_registry[aten._scaled_dot_product_flash_attention].__wrapped__,
     aten._scaled_dot_product_flash_attention_for_cpu_backward:
         flop_registry[aten._scaled_dot_product_flash_attention_backward].__wrapped__,
 }
+EXTRA_FLOPS = {**CPU_SDPA, LINEAR: linear_flop} if ONEDNN_LINEAR else CPU_SDPA
 Run = Callable[[], Any]
 
 
@@ -110,44 +126,125 @@ def training_run(model: nn.Module, objective: Callable, batch: dict[str, Any]) -
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """What a replay needs to rebuild a GEMM operand: shape, strides, dtype, and the parameter it views (if any).
-    (A dataclass, not a NamedTuple: pytree functions would take a tuple apart.)"""
+    """What a replay needs to rebuild a GEMM operand: shape, strides, dtype, and the weight it views (if any: an
+    identity per weight, so that each gets its own buffer). (A dataclass, not a NamedTuple: pytree functions would
+    take a tuple apart.)"""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
-    parameter: int | None
+    weight: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Linear:
+    """A recorded product that is x @ W.t() (+ b) with a weight W: what the packed replay runs as oneDNN's linear."""
+
+    x: TensorSpec  # (rows, in)
+    weight: TensorSpec  # (out, in), contiguous
+    bias: TensorSpec | None  # (out,)
+
+    @property
+    def shape(self) -> tuple[int, int, int, bool]:
+        """(rows, in, out, with bias): the per-shape choice of the best-kernel bound groups calls by it."""
+        return (*self.x.shape, self.weight.shape[0], self.bias is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    """One recorded GEMM: the aten call the plain replay runs, and the product as a :class:`Linear` when it has
+    a weight operand."""
+
+    func: Any
+    args: tuple
+    kwargs: dict
+    linear: Linear | None
+
+
+def as_linear(func: Any, args: tuple, kwargs: dict) -> Linear | None:
+    """A recorded 2-D ``mm``/``addmm`` (default scalars) as x @ W.t() (+ b), when its second operand is a weight
+    (out, in) transposed and the added term is a vector of ``out`` (as ``nn.Linear`` calls it); else None."""
+    if func.overloadpacket not in (aten.mm, aten.addmm) or "beta" in kwargs or "alpha" in kwargs:
+        return None
+    bias, x, transposed = (None, *args[:2]) if func.overloadpacket == aten.mm else args[:3]
+    columns, out = transposed.shape
+    if transposed.weight is None or transposed.stride != (1, columns):
+        return None
+    if bias is not None and bias.shape != (out,):
+        return None
+    return Linear(x, TensorSpec((out, columns), (columns, 1), transposed.dtype, transposed.weight), bias)
 
 
 class GemmRecorder(TorchDispatchMode):
-    """Records every GEMM dispatched inside it, with its FLOPs (the formulas ``FlopCounterMode`` uses)."""
+    """Records every GEMM dispatched inside it — aten's mm/addmm/bmm/baddbmm and oneDNN's linear — with its FLOPs
+    (``FlopCounterMode``'s formulas; :func:`linear_flop`). Weights: the model's parameters, tensors computed from
+    weights alone (e.g. self-attention's joined query/key/value projection, built once per search) while they
+    live, and oneDNN's packed copies (``PackedLinear``'s, the only oneDNN tensors in a run)."""
 
     def __init__(self, parameters: set[int]) -> None:
         super().__init__()
         self.parameters = parameters  # data pointers of the model's parameters
-        self.calls: list[tuple[Any, tuple, dict]] = []
+        self.derived: dict[int, weakref.ref] = {}  # data pointer -> a live tensor computed from weights alone
+        self.gemms: list[Gemm] = []
         self.flops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.overloadpacket in GEMMS:
-            self.calls.append((func, tree_map(self._spec, args), tree_map(self._spec, kwargs)))
-            self.flops += flop_registry[func.overloadpacket](*args, **kwargs, out_val=out)
+        if func.overloadpacket in GEMMS or func.overloadpacket == LINEAR:
+            formula = flop_registry.get(func.overloadpacket) or shape_wrapper(linear_flop)
+            self.flops += formula(*args, **kwargs, out_val=out)
+            self.gemms.append(self._gemm(func, args, kwargs))
+            return out
+        inputs = tensors(args, kwargs)
+        if inputs and all(self._weight(t) is not None for t in inputs):
+            for t in tensors(out):
+                if not t.is_mkldnn and self._weight(t) is None:
+                    self.derived[t.data_ptr()] = weakref.ref(t)
         return out
+
+    def _gemm(self, func: Any, args: tuple, kwargs: dict) -> Gemm:
+        if func.overloadpacket != LINEAR:
+            args, kwargs = tree_map(self._spec, args), tree_map(self._spec, kwargs)
+            return Gemm(func, args, kwargs, as_linear(func, args, kwargs))
+        x, weight, bias = args[:3]  # x (..., in), the packed weight (out, in), bias (out,) or None
+        out, columns = weight.shape
+        linear = Linear(TensorSpec((x.numel() // columns, columns), (columns, 1), x.dtype, None),
+                        TensorSpec((out, columns), (columns, 1), weight.dtype, self._weight(weight)),
+                        None if bias is None else self._spec(bias))
+        transposed = TensorSpec((columns, out), (1, columns), weight.dtype, linear.weight.weight)
+        if bias is None:  # what nn.Linear runs: x @ W.t() (+ b)
+            return Gemm(aten.mm.default, (linear.x, transposed), {}, linear)
+        return Gemm(aten.addmm.default, (linear.bias, linear.x, transposed), {}, linear)
+
+    def _weight(self, value: Tensor) -> int | None:
+        """The identity of the weight ``value`` views, or None for an activation."""
+        if value.is_mkldnn:
+            return id(value)
+        pointer = value.data_ptr()
+        alive = self.derived.get(pointer)
+        return pointer if pointer in self.parameters or (alive is not None and alive() is not None) else None
 
     def _spec(self, value: Any) -> Any:
         if not isinstance(value, Tensor):
             return value
-        pointer = value.data_ptr()
-        return TensorSpec(tuple(value.shape), value.stride(), value.dtype, pointer if pointer in self.parameters else None)
+        return TensorSpec(tuple(value.shape), value.stride(), value.dtype, self._weight(value))
 
 
-def replay_seconds(calls: list[tuple[Any, tuple, dict]]) -> float:
-    """Seconds to run the recorded GEMMs alone on random operands (one buffer per spec; parameters distinct).
-    The buffers are built before the clock starts and freed on return, so only one replay's operands are ever
-    held (holding all six beside the models got a full-size run killed for memory on the shared machine)."""
+def tensors(*trees: Any) -> list[Tensor]:
+    """The tensors among the leaves of ``trees``."""
+    return [leaf for leaf in tree_flatten(trees)[0] if isinstance(leaf, Tensor)]
+
+
+def replay_seconds(gemms: list[Gemm], packed: bool) -> list[float]:
+    """Seconds of each recorded GEMM, the sequence replayed alone on random operands (one buffer per spec, weights
+    distinct). ``packed``: the products with a weight (:class:`Linear`) run as oneDNN's linear on a copy of their
+    weight reordered once (as ``PackedLinear`` does), the rest as recorded; else each as aten's GEMM (a recorded
+    oneDNN linear as the ``addmm``/``mm`` of ``nn.Linear``). The buffers are built before the clock starts and freed
+    on return, so only one replay's operands are ever held (holding all six beside the models got a full-size run
+    killed for memory on the shared machine)."""
     buffers: dict[TensorSpec, Tensor] = {}
+    reordered: dict[TensorSpec, Tensor] = {}
 
     def build(value: Any) -> Any:
         if not isinstance(value, TensorSpec):
@@ -157,49 +254,99 @@ def replay_seconds(calls: list[tuple[Any, tuple, dict]]) -> float:
             buffers[value] = torch.randn(size, dtype=value.dtype).as_strided(value.shape, value.stride)
         return buffers[value]
 
-    plan = [(func, tree_map(build, args), tree_map(build, kwargs)) for func, args, kwargs in calls]
+    def pack(weight: TensorSpec) -> Tensor:
+        if weight not in reordered:
+            reordered[weight] = REORDER(torch.randn(weight.shape, dtype=weight.dtype), PACKED_ROWS)
+        return reordered[weight]
 
-    def run() -> None:
-        for func, args, kwargs in plan:
-            func(*args, **kwargs)
-    return seconds(run)
+    plan = [
+        (LINEAR.default, (build(g.linear.x), pack(g.linear.weight), build(g.linear.bias), "none", [], ""), {})
+        if packed and g.linear is not None else (g.func, tree_map(build, g.args), tree_map(build, g.kwargs))
+        for g in gemms
+    ]
+    times = []
+    for func, args, kwargs in plan:
+        start = time.perf_counter()
+        func(*args, **kwargs)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 @dataclasses.dataclass
 class Measured:
-    """One (run, model): FLOPs (all, and those of fused CPU attention), the recorded GEMMs' FLOPs, and per-round
-    times of the run and of its GEMM replay."""
+    """One (run, model): FLOPs (all, and those of fused CPU attention), the recorded GEMMs and their FLOPs, and per
+    round the run's time, its plain replay's time, its best-kernel time (:meth:`replay`) and, per
+    :attr:`Linear.shape`, the plain and packed replays' seconds."""
 
     flops: int
     sdpa_flops: int
     gemm_flops: int
-    calls: list[tuple[Any, tuple, dict]]  # the recorded GEMMs (GemmRecorder.calls)
+    gemms: list[Gemm]  # GemmRecorder.gemms
     times: list[float] = dataclasses.field(default_factory=list)
     replay_times: list[float] = dataclasses.field(default_factory=list)
+    best_times: list[float] = dataclasses.field(default_factory=list)
+    shapes: dict[tuple, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
-    def ratios(self, flops: int | None = None) -> list[float]:
-        """Per round: time / (FLOPs / rate), rate = GEMM FLOPs / replay time; ``flops`` replaces the run's own
-        count (e.g. an earlier version's)."""
+    def replay(self, packed_first: bool) -> None:
+        """One round of both replays (plain and packed; ``packed_first``: in that order). Best-kernel time = the
+        plain replay's GEMMs without a weight, plus per :attr:`Linear.shape` the faster replay's seconds of all its
+        calls (the plain replay's alone without oneDNN's linear in this torch build)."""
+        variants = [True, False] if packed_first else [False, True]
+        runs = {packed: replay_seconds(self.gemms, packed) for packed in variants if ONEDNN_LINEAR or not packed}
+        plain, packed = runs[False], runs.get(True, runs[False])
+        groups: dict[tuple, list[float]] = {}
+        rest = 0.0
+        for gemm, a, b in zip(self.gemms, plain, packed):
+            if gemm.linear is None:
+                rest += a
+            else:
+                group = groups.setdefault(gemm.linear.shape, [0.0, 0.0])
+                group[0] += a
+                group[1] += b
+        self.replay_times.append(sum(plain))
+        self.best_times.append(rest + sum(min(group) for group in groups.values()))
+        for shape, (a, b) in groups.items():
+            self.shapes.setdefault(shape, []).append((a, b))
+
+    def ratios(self, flops: int | None = None, best: bool = False) -> list[float]:
+        """Per round: time / (FLOPs / rate), rate = GEMM FLOPs / replay time (plain, or ``best`` kernel);
+        ``flops`` replaces the run's own count (e.g. an earlier version's)."""
         flops = self.flops if flops is None else flops
-        return [t * self.gemm_flops / (flops * r) for t, r in zip(self.times, self.replay_times)]
+        replays = self.best_times if best else self.replay_times
+        return [t * self.gemm_flops / (flops * r) for t, r in zip(self.times, replays)]
 
     def figures(self) -> dict[str, float]:
-        """The medians this benchmark reports, for ``--json``."""
+        """The medians this benchmark reports, for ``--json`` (rate, bound, ratio: plain; best_*: best kernel)."""
         rate = self.gemm_flops / statistics.median(self.replay_times)
+        best = self.gemm_flops / statistics.median(self.best_times)
         return {"flops": self.flops, "sdpa_flops": self.sdpa_flops, "gemm_rate": rate, "bound": self.flops / rate,
-                "time": statistics.median(self.times), "ratio": statistics.median(self.ratios())}
+                "time": statistics.median(self.times), "ratio": statistics.median(self.ratios()),
+                "best_rate": best, "best_bound": self.flops / best,
+                "best_ratio": statistics.median(self.ratios(best=True))}
+
+    def shape_rates(self) -> list[str]:
+        """Table rows: per :attr:`Linear.shape`, its calls and GFLOP, and the plain and packed replays' rates
+        (medians over rounds)."""
+        rows = []
+        for (rows_, columns, out, bias), times in sorted(self.shapes.items()):
+            calls = sum(g.linear is not None and g.linear.shape == (rows_, columns, out, bias) for g in self.gemms)
+            flops = 2 * rows_ * columns * out * calls
+            plain, packed = (statistics.median(flops / t[i] for t in times) / 1e9 for i in (0, 1))
+            rows.append(f"{rows_} x {columns} -> {out}{' + b' if bias else ''} | {calls} | {flops / 1e9:.2f} | "
+                        f"{plain:.0f} | {packed:.0f} | {packed / plain:.2f}")
+        return rows
 
 
 def measure(run: Run, model: nn.Module) -> Measured:
     """Count the FLOPs of ``run`` and record its GEMMs (two calls of ``run``; the first is also a warm-up)."""
-    with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as counter:
+    with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOPS) as counter:
         run()
     recorder = GemmRecorder({p.data_ptr() for p in model.parameters()})
     with recorder:
         run()
     per_op = counter.get_flop_counts()["Global"]
     sdpa = sum(per_op.get(op, 0) for op in CPU_SDPA)
-    return Measured(counter.get_total_flops(), sdpa, recorder.flops, recorder.calls)
+    return Measured(counter.get_total_flops(), sdpa, recorder.flops, recorder.gemms)
 
 
 def seconds(run: Run) -> float:
@@ -278,7 +425,7 @@ def time_shares(run: Run, top: int) -> str:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         wall = seconds(run) * 1e6  # microseconds, as the profiler
     self_times = {event.key: event.self_cpu_time_total for event in profiler.key_averages()}
-    gemm_names = {f"aten::{op.__name__}" for op in GEMMS}
+    gemm_names = {f"aten::{op.__name__}" for op in GEMMS} | {"mkldnn::_linear_pointwise"}
     sdpa_names = {f"aten::{op.__name__}" for op in CPU_SDPA}
     gemm = sum(t for name, t in self_times.items() if name in gemm_names)
     sdpa = sum(t for name, t in self_times.items() if name in sdpa_names)
@@ -300,6 +447,8 @@ def extra_options(parser: argparse.ArgumentParser) -> None:
                         help=f"measure only these runs (of {', '.join(map(repr, RUNS))}; default all)")
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help="also time DIR's beam search (another checkout) side by side: its time / this one's")
+    parser.add_argument("--packed-output", action="store_true",
+                        help="this checkout's models decode with the vocabulary projection packed for oneDNN")
 
 
 def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
@@ -321,7 +470,7 @@ def main() -> None:
         "SCST step": scst_objective(reward=scst_reward(batch_size), vocab=vocab, num_samples=BEAM, max_len=steps),
         "XE step": xe_objective(pad_id=Vocabulary.PAD),
     }
-    models = build_models()
+    models = {name: use_packed_output(model, args.packed_output) for name, model in build_models().items()}
     runs: dict[tuple[str, str], Run] = {}
     for name, model in models.items():
         runs[("beam search", name)] = beam_run(model, batch, steps)
@@ -341,48 +490,69 @@ def main() -> None:
             measured[key].times.append(seconds(run))
             if key in compared and not round_ % 2:
                 their_times[key].append(seconds(theirs[key[1]]))
-            measured[key].replay_times.append(replay_seconds(measured[key].calls))
+            measured[key].replay(packed_first=bool(round_ % 2))
     rows, figures = [], []
     for (task, name), m in measured.items():
         f = m.figures()
         figures.append({"run": task, "model": name, **f})
         earlier = before.get((task, name))
-        versus = (f" {earlier / 1e9:.1f} | **{statistics.median(m.ratios(earlier)):.2f}x** |"
-                  if earlier else " - | - |") if before else ""
+        versus = ""
+        if before:
+            versus = (f" {earlier / 1e9:.1f} | **{statistics.median(m.ratios(earlier)):.2f}x** | "
+                      f"{statistics.median(m.ratios(earlier, best=True)):.2f}x |" if earlier else " - | - | - |")
         if theirs:
             versus += (f" {paired_ratio(their_times[(task, name)], m.times):.3f} ({compared[(task, name)]}) |"
                        if (task, name) in compared else " - |")
         rows.append(
             f"| {task} | {name} | {(m.flops - m.sdpa_flops) / 1e9:.1f} | {m.sdpa_flops / 1e9:.2f} | "
-            f"{f['gemm_rate'] / 1e9:.0f} | {f['bound']:.2f} | {f['time']:.2f} | **{f['ratio']:.2f}x** |{versus}"
+            f"{f['gemm_rate'] / 1e9:.0f} | {f['best_rate'] / 1e9:.0f} | {f['bound']:.2f} | {f['best_bound']:.2f} | "
+            f"{f['time']:.2f} | **{f['ratio']:.2f}x** | {f['best_ratio']:.2f}x |{versus}"
         )
+    shapes = "\n".join(f"| {task} | {name} | {row} |" for (task, name), m in measured.items() for row in m.shape_rates())
     if args.json is not None:
         settings = {"batch": batch_size, "steps": steps, "ran": ran, "repeats": args.repeats,
-                    "torch": torch.__version__}
+                    "packed_output": args.packed_output, "torch": torch.__version__}
         atomic_write_text(args.json, json.dumps({"settings": settings, "rows": figures}, indent=1) + "\n")
-    extra_head = f" GFLOP of {args.before.name} | time / bound at its FLOPs |" if before else ""
+    extra_head = (f" GFLOP of {args.before.name} | time / plain bound at its FLOPs | time / best-kernel bound at its"
+                  " FLOPs |" if before else "")
     extra_head += f" time of {args.against} / this checkout's, paired rounds |" if theirs else ""
+    packed = ("This checkout's models: vocabulary projection packed for oneDNN (`--packed-output`: "
+              "`use_packed_output`; decoding without gradients only — SCST and XE record gradients, so "
+              "`PackedLinear` runs `nn.Linear` there)" + ("; the other checkout's as it builds them." if theirs else ".")
+              if args.packed_output else "Models as `build_captioner` builds them (no `--packed-output`).")
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
 loss, backward, Adam. XE step: train mode, {steps} tokens, cross-entropy, backward, Adam. Adam = the train stages'
-(`build_optimizer`: PyTorch's fused kernel).
+(`build_optimizer`: PyTorch's fused kernel). {packed}
 FLOPs: `FlopCounterMode` (its own registry: GEMMs, and in training the attention's math-path bmm), plus the fused
-CPU SDPA kernel of eval-mode attention, which its registry lacks (counted with its CUDA-kernel formula). Rate: the
-run's own GEMM sequence (mm/addmm/bmm/baddbmm, same shapes and strides, one buffer per weight) replayed alone,
-GEMM FLOPs / replay time, measured next to each run. Bound = all FLOPs / rate. `torch.set_num_threads(1)`, {args.repeats} rounds (every run then its replay), medians; ratio =
-median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
+CPU SDPA kernel of eval-mode attention and oneDNN's linear, which its registry lacks (counted with the CUDA SDPA
+kernel's formula and addmm's). Rates: the run's own GEMM sequence (mm/addmm/bmm/baddbmm and oneDNN's linear, same
+shapes and strides, one buffer per weight) replayed alone, GEMM FLOPs / replay time, measured next to each run.
+Plain: every GEMM as aten's (oneDNN's linear as `nn.Linear`'s addmm). Best kernel: the sequence replayed a second
+time with every product by a weight (x @ W.t() + b) as oneDNN's linear on the weight packed once; per such shape the
+faster replay's time counts (the other GEMMs: the plain replay's). Bound = all FLOPs / rate.
+`torch.set_num_threads(1)`, {args.repeats} rounds (every run then its two replays, alternating which first), medians;
+ratio = median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
 
-| run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate (GFLOP/s) | bound (s) | time (s) | time / bound |{extra_head}
-|---|---|---|---|---|---|---|---|{"---|---|" if before else ""}{"---|" if theirs else ""}
-{chr(10).join(rows)}"""
+| run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate, plain (GFLOP/s) | GEMM rate, best kernel | bound, plain (s) | bound, best kernel (s) | time (s) | time / plain bound | time / best-kernel bound |{extra_head}
+|---|---|---|---|---|---|---|---|---|---|---|{"---|---|---|" if before else ""}{"---|" if theirs else ""}
+{chr(10).join(rows)}
+
+Products by a weight, per shape (rows x in -> out, + bias), in the replays above: calls, GFLOP, rate as aten's GEMM
+and as oneDNN's linear on the packed weight (GFLOP/s, medians over rounds of the shape's calls together), packed /
+plain:
+
+| run | model | shape | calls | GFLOP | plain | packed | packed / plain |
+|---|---|---|---|---|---|---|---|
+{shapes}"""
     if args.profile:
         shares = "\n".join(f"| {task} | {name} | {time_shares(run, args.profile)} |"
                            for (task, name), run in runs.items())
         body += f"""
 
 Where the time goes (`--profile {args.profile}`: one more call of each run under `torch.profiler`, self CPU time per
-operator as % of that call's wall time; GEMMs = mm/addmm/bmm/baddbmm; fused attention = the CPU SDPA kernel,
+operator as % of that call's wall time; GEMMs = mm/addmm/bmm/baddbmm and oneDNN's linear; fused attention = the CPU SDPA kernel,
 forward and backward; outside operators = Python, dispatch and the profiler's own overhead):
 
 | run | model | GEMMs % | fused attention % | largest other operators (%) | other operators % | outside operators % |
