@@ -10,26 +10,50 @@ of 50 regions x 2048-d, vocabulary 10201:
   ``build_optimizer``);
 - XE step: train mode, teacher-forced forward over 20 tokens, cross-entropy, backward, Adam update.
 
-FLOPs are counted with ``torch.utils.flop_counter.FlopCounterMode``. The matmul rate is measured in the same
-run: every ``mm``/``addmm``/``bmm``/``baddbmm`` the run dispatches is recorded (shape, strides, dtype; weights
-kept distinct per parameter, so caches behave as in the model) and the recorded sequence is replayed alone;
-rate = GEMM FLOPs / replay time. Bound = all counted FLOPs (attention included) / rate; ratio = time / bound.
-One thread; each round runs every (run, model) once, followed by its replay, so a round's ratio uses the
-rate measured next to it; medians over rounds. Writes "## Roofline" of benchmarks/RESULTS.md.
+FLOPs are counted with ``torch.utils.flop_counter.FlopCounterMode`` (plus the fused CPU attention kernel and
+oneDNN's linear, which its registry lacks: the CUDA kernel's formula and addmm's, 2 x rows x in x out). The matmul
+rate is measured in the same run: every GEMM the run dispatches — ``mm``/``addmm``/``bmm``/``baddbmm`` and oneDNN's
+linear (``mkldnn._linear_pointwise``, ``--packed-output``) — is recorded (shape, strides, dtype; weights kept
+distinct, so caches behave as in the model) and the recorded sequence is replayed alone, with two bounds:
 
-``--json PATH`` also writes the figures (per run and model: FLOPs, rate, bound, time, ratio) as JSON.
+- plain: every GEMM as aten's, oneDNN's linear as the ``addmm``/``mm`` that ``nn.Linear`` runs (x @ W.t() + b) — the
+  issue's reference ("the one-thread matrix-multiply rate this machine reaches at the model's own shapes", which it
+  measured with torch's GEMMs);
+- best kernel (strict): each product by a weight at the faster of aten's GEMM and oneDNN's linear on the weight
+  packed once. The sequence is replayed a second time with every product x @ W.t() (+ b) whose W is a weight run
+  as oneDNN's linear on a packed copy of W (reordered before the clock starts, one per weight), everything else as
+  recorded; each call is timed. Per shape of such products (rows, in, out, bias) the faster replay's total over
+  the shape's calls counts; products by activations (bmm/baddbmm, attention) count the plain replay's time.
+  Weights: the model's parameters, tensors computed from parameters alone while they live (self-attention's
+  joined query/key/value projection, built once per search), and oneDNN's packed copies. Taking the faster of two
+  noisy timings per shape leans this bound low, i.e. stricter.
+
+rate = GEMM FLOPs / replay time; bound = all counted FLOPs (attention included) / rate; ratio = time / bound.
+One thread; each round runs every (run, model) once, followed by its two replays (alternating which goes first),
+so a round's ratio uses the rates measured next to it; medians over rounds. The output also gives, per shape of
+product by a weight, its rate as aten's GEMM and as oneDNN's linear in the replays. Writes "## Roofline" of
+benchmarks/RESULTS.md.
+
+``--packed-output``: this checkout's models get ``use_packed_output(model, True)`` (``vlattn.layers.packed``: the
+vocabulary projection as oneDNN's linear on its weight packed once). It changes only beam search: SCST and XE record
+gradients, so ``PackedLinear`` runs ``nn.Linear`` there (their models are the same objects; a training step changes
+the weights, so the next search repacks the output weight once, inside its timed call).
+``--json PATH`` also writes the figures (per run and model: FLOPs, rate, bound, time, ratio — plain —, and
+best_rate, best_bound, best_ratio) as JSON.
 ``--before PATH`` reads such a file from an earlier run (e.g. before an optimisation) and adds the ratio against
 the bound of *its* FLOP count at today's rate, so FLOPs an optimisation removed count in its favour.
 ``--profile N`` adds where each run's time goes: one call under ``torch.profiler`` (self CPU time per operator),
-grouped into GEMMs, fused attention and the rest, with the rest's N largest operators and the time outside
-operators (Python, dispatch).
+grouped into GEMMs (oneDNN's linear included), fused attention and the rest, with the rest's N largest operators
+and the time outside operators (Python, dispatch).
 ``--against DIR`` times another checkout's beam search side by side with this one's, in the same process: DIR's
 ``vlattn`` is imported as a renamed copy (``vlattn_against``, imports rewritten, in a temporary directory), its
 models are built from the same seed (tokens and scores compared), and every round runs both, alternating which
-goes first; the table gains the median over rounds of its time / this checkout's.
+goes first; the table gains the median over rounds of its time / this checkout's, and its time over this
+checkout's two bounds (the same GEMMs: oneDNN's linear replays as the addmm it replaces; at ``--before``'s FLOPs
+if given). With ``--packed-output`` its models stay as DIR builds them, so the paired ratio measures the change.
 
     .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
-        [--profile N] [--runs RUN ...] [--against DIR]
+        [--profile N] [--runs RUN ...] [--against DIR] [--packed-output]
 """
 
 from __future__ import annotations
@@ -45,7 +69,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -308,12 +332,13 @@ class Measured:
         for shape, (a, b) in groups.items():
             self.shapes.setdefault(shape, []).append((a, b))
 
-    def ratios(self, flops: int | None = None, best: bool = False) -> list[float]:
+    def ratios(self, flops: int | None = None, best: bool = False, times: list[float] | None = None) -> list[float]:
         """Per round: time / (FLOPs / rate), rate = GEMM FLOPs / replay time (plain, or ``best`` kernel);
-        ``flops`` replaces the run's own count (e.g. an earlier version's)."""
+        ``flops`` replaces the run's own count (e.g. an earlier version's), ``times`` the run's times (e.g. another
+        checkout's of the same GEMMs, ``--against``)."""
         flops = self.flops if flops is None else flops
         replays = self.best_times if best else self.replay_times
-        return [t * self.gemm_flops / (flops * r) for t, r in zip(self.times, replays)]
+        return [t * self.gemm_flops / (flops * r) for t, r in zip(self.times if times is None else times, replays)]
 
     def figures(self) -> dict[str, float]:
         """The medians this benchmark reports, for ``--json`` (rate, bound, ratio: plain; best_*: best kernel)."""
@@ -478,10 +503,11 @@ def main() -> None:
             runs[(task, name)] = training_run(model, objective, batch)
     ran = runs[("beam search", "M2")]().tokens.shape[-1]  # words decoded (20 unless every beam ended early)
     runs = {key: run for key, run in runs.items() if key[0] in args.runs}
-    measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
     scratch = None if args.against is None else tempfile.TemporaryDirectory()  # the renamed copy, removed at exit
     theirs = {} if scratch is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps)
+    # compared before any training run (measured below) updates this checkout's weights
     compared = {key: same_beams(run, theirs[key[1]]) for key, run in runs.items() if key[0] == "beam search" and theirs}
+    measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
     their_times: dict[tuple[str, str], list[float]] = {key: [] for key in compared}
     for round_ in range(args.repeats):
         for key, run in runs.items():
@@ -500,26 +526,34 @@ def main() -> None:
         if before:
             versus = (f" {earlier / 1e9:.1f} | **{statistics.median(m.ratios(earlier)):.2f}x** | "
                       f"{statistics.median(m.ratios(earlier, best=True)):.2f}x |" if earlier else " - | - | - |")
-        if theirs:
-            versus += (f" {paired_ratio(their_times[(task, name)], m.times):.3f} ({compared[(task, name)]}) |"
-                       if (task, name) in compared else " - |")
+        if theirs and (task, name) in compared:
+            other = their_times[(task, name)]
+            versus += (f" {paired_ratio(other, m.times):.3f} ({compared[(task, name)]}) | "
+                       f"{statistics.median(m.ratios(earlier, times=other)):.2f}x | "
+                       f"{statistics.median(m.ratios(earlier, best=True, times=other)):.2f}x |")
+        elif theirs:
+            versus += " - | - | - |"
         rows.append(
             f"| {task} | {name} | {(m.flops - m.sdpa_flops) / 1e9:.1f} | {m.sdpa_flops / 1e9:.2f} | "
             f"{f['gemm_rate'] / 1e9:.0f} | {f['best_rate'] / 1e9:.0f} | {f['bound']:.2f} | {f['best_bound']:.2f} | "
             f"{f['time']:.2f} | **{f['ratio']:.2f}x** | {f['best_ratio']:.2f}x |{versus}"
         )
-    shapes = "\n".join(f"| {task} | {name} | {row} |" for (task, name), m in measured.items() for row in m.shape_rates())
+    shapes = "\n".join(f"| {task} | {name} | {row} |"
+                       for (task, name), m in measured.items() for row in m.shape_rates())
     if args.json is not None:
         settings = {"batch": batch_size, "steps": steps, "ran": ran, "repeats": args.repeats,
                     "packed_output": args.packed_output, "torch": torch.__version__}
         atomic_write_text(args.json, json.dumps({"settings": settings, "rows": figures}, indent=1) + "\n")
     extra_head = (f" GFLOP of {args.before.name} | time / plain bound at its FLOPs | time / best-kernel bound at its"
                   " FLOPs |" if before else "")
-    extra_head += f" time of {args.against} / this checkout's, paired rounds |" if theirs else ""
-    packed = ("This checkout's models: vocabulary projection packed for oneDNN (`--packed-output`: "
-              "`use_packed_output`; decoding without gradients only — SCST and XE record gradients, so "
-              "`PackedLinear` runs `nn.Linear` there)" + ("; the other checkout's as it builds them." if theirs else ".")
-              if args.packed_output else "Models as `build_captioner` builds them (no `--packed-output`).")
+    at = " at its FLOPs" if before else ""
+    extra_head += (f" time of {args.against} / this checkout's, paired rounds | its time / plain bound{at} |"
+                   f" its time / best-kernel bound{at} |" if theirs else "")
+    packed = "Models as `build_captioner` builds them (no `--packed-output`)."
+    if args.packed_output:
+        packed = ("This checkout's models: vocabulary projection packed for oneDNN (`--packed-output`: "
+                  "`use_packed_output`; decoding without gradients only — SCST and XE record gradients, so "
+                  "`PackedLinear` runs `nn.Linear` there)" + ("; the other checkout's as it builds them." if theirs else "."))
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
@@ -536,7 +570,7 @@ faster replay's time counts (the other GEMMs: the plain replay's). Bound = all F
 ratio = median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
 
 | run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate, plain (GFLOP/s) | GEMM rate, best kernel | bound, plain (s) | bound, best kernel (s) | time (s) | time / plain bound | time / best-kernel bound |{extra_head}
-|---|---|---|---|---|---|---|---|---|---|---|{"---|---|---|" if before else ""}{"---|" if theirs else ""}
+|---|---|---|---|---|---|---|---|---|---|---|{"---|---|---|" if before else ""}{"---|---|---|" if theirs else ""}
 {chr(10).join(rows)}
 
 Products by a weight, per shape (rows x in -> out, + bias), in the replays above: calls, GFLOP, rate as aten's GEMM
