@@ -20,16 +20,17 @@ distinct, so caches behave as in the model) and the recorded sequence is replaye
   issue's reference ("the one-thread matrix-multiply rate this machine reaches at the model's own shapes", which it
   measured with torch's GEMMs);
 - best kernel (strict): each product by a weight at the faster of aten's GEMM and oneDNN's linear on the weight
-  packed once. The sequence is replayed a second time with every product x @ W.t() (+ b) whose W is a weight run
-  as oneDNN's linear on a packed copy of W (reordered before the clock starts, one per weight), everything else as
-  recorded; each call is timed. Per shape of such products (rows, in, out, bias) the faster replay's total over
+  packed once. A second replay of the sequence runs every product x @ W.t() (+ b) whose W is a weight as oneDNN's
+  linear on a packed copy of W (reordered before the clock starts, one per weight), everything else as recorded;
+  the two replays alternate stretch by stretch (32 calls), so a load change on the shared machine hits both alike,
+  and each call is timed. Per shape of such products (rows, in, out, bias) the faster replay's total over
   the shape's calls counts; products by activations (bmm/baddbmm, attention) count the plain replay's time.
   Weights: the model's parameters, tensors computed from parameters alone while they live (self-attention's
   joined query/key/value projection, built once per search), and oneDNN's packed copies. Taking the faster of two
   noisy timings per shape leans this bound low, i.e. stricter.
 
 rate = GEMM FLOPs / replay time; bound = all counted FLOPs (attention included) / rate; ratio = time / bound.
-One thread; each round runs every (run, model) once, followed by its two replays (alternating which goes first),
+One thread; each round runs every (run, model) once, followed by its two replays (alternating which starts),
 so a round's ratio uses the rates measured next to it; medians over rounds. The output also gives, per shape of
 product by a weight, its rate as aten's GEMM and as oneDNN's linear in the replays. Writes "## Roofline" of
 benchmarks/RESULTS.md.
@@ -260,13 +261,18 @@ def tensors(*trees: Any) -> list[Tensor]:
     return [leaf for leaf in tree_flatten(trees)[0] if isinstance(leaf, Tensor)]
 
 
-def replay_seconds(gemms: list[Gemm], packed: bool) -> list[float]:
-    """Seconds of each recorded GEMM, the sequence replayed alone on random operands (one buffer per spec, weights
-    distinct). ``packed``: the products with a weight (:class:`Linear`) run as oneDNN's linear on a copy of their
-    weight reordered once (as ``PackedLinear`` does), the rest as recorded; else each as aten's GEMM (a recorded
-    oneDNN linear as the ``addmm``/``mm`` of ``nn.Linear``). The buffers are built before the clock starts and freed
-    on return, so only one replay's operands are ever held (holding all six beside the models got a full-size run
-    killed for memory on the shared machine)."""
+CHUNK = 32  # recorded GEMMs per stretch of a replay (see replay_seconds)
+
+
+def replay_seconds(gemms: list[Gemm], packed_first: bool) -> tuple[list[float], list[float]]:
+    """Seconds of each recorded GEMM in two replays of the sequence alone, on random operands (one buffer per spec,
+    weights distinct): plain — each as aten's GEMM (a recorded oneDNN linear as the ``addmm``/``mm`` of
+    ``nn.Linear``) —, and packed — the products by a weight (:class:`Linear`) as oneDNN's linear on a copy of their
+    weight reordered once (as ``PackedLinear`` does), the rest as recorded. The two replays alternate stretch by
+    stretch (``CHUNK`` calls; ``packed_first``: which starts, then alternating), so a load change on
+    the shared machine hits both alike. The buffers are built before the clock starts and freed on return, so only
+    one round's operands are ever held (holding all six beside the models got a full-size run killed for memory on
+    the shared machine)."""
     buffers: dict[TensorSpec, Tensor] = {}
     reordered: dict[TensorSpec, Tensor] = {}
 
@@ -283,16 +289,21 @@ def replay_seconds(gemms: list[Gemm], packed: bool) -> list[float]:
             reordered[weight] = REORDER(torch.randn(weight.shape, dtype=weight.dtype), PACKED_ROWS)
         return reordered[weight]
 
-    plan = [
-        (LINEAR.default, (build(g.linear.x), pack(g.linear.weight), build(g.linear.bias), "none", [], ""), {})
-        if packed and g.linear is not None else (g.func, tree_map(build, g.args), tree_map(build, g.kwargs))
-        for g in gemms
-    ]
-    times = []
-    for func, args, kwargs in plan:
-        start = time.perf_counter()
-        func(*args, **kwargs)
-        times.append(time.perf_counter() - start)
+    def plan(packed: bool) -> list[tuple[Any, tuple, dict]]:
+        return [
+            (LINEAR.default, (build(g.linear.x), pack(g.linear.weight), build(g.linear.bias), "none", [], ""), {})
+            if packed and g.linear is not None else (g.func, tree_map(build, g.args), tree_map(build, g.kwargs))
+            for g in gemms
+        ]
+
+    plans = (plan(False), plan(ONEDNN_LINEAR))
+    times: tuple[list[float], list[float]] = ([], [])
+    for first in range(0, len(gemms), CHUNK):
+        for variant in (1, 0) if packed_first == (first // CHUNK % 2 == 0) else (0, 1):
+            for func, args, kwargs in plans[variant][first:first + CHUNK]:
+                start = time.perf_counter()
+                func(*args, **kwargs)
+                times[variant].append(time.perf_counter() - start)
     return times
 
 
@@ -312,12 +323,10 @@ class Measured:
     shapes: dict[tuple, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
     def replay(self, packed_first: bool) -> None:
-        """One round of both replays (plain and packed; ``packed_first``: in that order). Best-kernel time = the
-        plain replay's GEMMs without a weight, plus per :attr:`Linear.shape` the faster replay's seconds of all its
-        calls (the plain replay's alone without oneDNN's linear in this torch build)."""
-        variants = [True, False] if packed_first else [False, True]
-        runs = {packed: replay_seconds(self.gemms, packed) for packed in variants if ONEDNN_LINEAR or not packed}
-        plain, packed = runs[False], runs.get(True, runs[False])
+        """One round of both replays (:func:`replay_seconds`). Best-kernel time = the plain replay's GEMMs without a
+        weight, plus per :attr:`Linear.shape` the faster replay's seconds of all its calls (both replays plain
+        without oneDNN's linear in this torch build)."""
+        plain, packed = replay_seconds(self.gemms, packed_first)
         groups: dict[tuple, list[float]] = {}
         rest = 0.0
         for gemm, a, b in zip(self.gemms, plain, packed):
@@ -563,10 +572,10 @@ FLOPs: `FlopCounterMode` (its own registry: GEMMs, and in training the attention
 CPU SDPA kernel of eval-mode attention and oneDNN's linear, which its registry lacks (counted with the CUDA SDPA
 kernel's formula and addmm's). Rates: the run's own GEMM sequence (mm/addmm/bmm/baddbmm and oneDNN's linear, same
 shapes and strides, one buffer per weight) replayed alone, GEMM FLOPs / replay time, measured next to each run.
-Plain: every GEMM as aten's (oneDNN's linear as `nn.Linear`'s addmm). Best kernel: the sequence replayed a second
-time with every product by a weight (x @ W.t() + b) as oneDNN's linear on the weight packed once; per such shape the
-faster replay's time counts (the other GEMMs: the plain replay's). Bound = all FLOPs / rate.
-`torch.set_num_threads(1)`, {args.repeats} rounds (every run then its two replays, alternating which first), medians;
+Plain: every GEMM as aten's (oneDNN's linear as `nn.Linear`'s addmm). Best kernel: a second replay, alternating
+with the plain one every {CHUNK} calls, runs every product by a weight (x @ W.t() + b) as oneDNN's linear on the weight
+packed once; per such shape the faster replay's time counts (the other GEMMs: the plain replay's). Bound = all
+FLOPs / rate. `torch.set_num_threads(1)`, {args.repeats} rounds (every run then its two replays), medians;
 ratio = median over rounds of time / bound. torch {torch.__version__}, shared 2-CPU machine.
 
 | run | model | GFLOP (`FlopCounterMode`) | + GFLOP fused SDPA | GEMM rate, plain (GFLOP/s) | GEMM rate, best kernel | bound, plain (s) | bound, best kernel (s) | time (s) | time / plain bound | time / best-kernel bound |{extra_head}
