@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from vlattn.cli import app
 from vlattn.config import config_to_dict
 from vlattn.errors import VlattnError
+from vlattn.layers import packed
 from tests.training.conftest import make_tiny_data, tiny_config
 
 runner = CliRunner()
@@ -61,6 +62,33 @@ def test_caption_selected_ids(trained: tuple[Path, Path, Path]) -> None:
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["image_id"] for r in rows] == [101, 103]
+
+
+@pytest.mark.skipif(not packed.ONEDNN_LINEAR, reason="this torch build has no oneDNN linear")
+def test_packed_output_flag_decodes_through_the_packed_projection(
+    trained: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--packed-output turns eval.packed_output on for the run (the saved config has it off), --plain-output off;
+    the captions are the same either way."""
+    data, _, run = trained
+    packs: list[int] = []
+    original = packed.PackedLinear.packed_weight
+    monkeypatch.setattr(packed.PackedLinear, "packed_weight", lambda self: packs.append(1) or original(self))
+    captions = {}
+    for flag in ("--packed-output", "--plain-output"):
+        packs.clear()
+        result = runner.invoke(app, ["caption", "--checkpoint", str(run), "--features", str(data / "features"),
+                                     "--beam-size", "2", "--device", "cpu", flag])
+        assert result.exit_code == 0, result.output
+        captions[flag] = json.loads(result.stdout)
+        assert bool(packs) == (flag == "--packed-output")
+    assert captions["--packed-output"] == captions["--plain-output"]
+    scores = {}
+    for flag in ("--plain-output", "--packed-output"):
+        result = runner.invoke(app, ["eval", "--checkpoint", str(run), "--json", "--device", "cpu", flag])
+        assert result.exit_code == 0, result.output
+        scores[flag] = json.loads(result.stdout)["scores"]
+    assert scores["--packed-output"] == scores["--plain-output"]
 
 
 def test_profile_json(trained: tuple[Path, Path, Path]) -> None:

@@ -39,6 +39,10 @@ def options(
 CONFIG = typer.Option(..., "--config", "-c", help="YAML config (see configs/).")
 SET = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
+PACKED_OUTPUT = typer.Option(
+    None, "--packed-output/--plain-output",
+    help="CPU decoding: the vocabulary projection with oneDNN from a weight packed once (default: eval.packed_output "
+         "of the config).")
 
 
 @app.command()
@@ -77,12 +81,14 @@ def evaluate(
     beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object on stdout."),
     device: str = DEVICE,
+    packed_output: Optional[bool] = PACKED_OUTPUT,
 ) -> None:
     """Score a trained model on a split, as its task does (captioning: beam search; BLEU, METEOR, ROUGE-L,
     CIDEr-D, SPICE if possible)."""
     from vlattn.tasks import EvalRequest, evaluate as run_eval, format_report
 
-    report = run_eval(checkpoint, EvalRequest(split=split, data_root=data, beam_size=beam_size, device=device))
+    request = EvalRequest(split=split, data_root=data, beam_size=beam_size, device=device, packed_output=packed_output)
+    report = run_eval(checkpoint, request)
     typer.echo(json.dumps(report) if as_json else format_report(report))
 
 
@@ -93,11 +99,13 @@ def caption(
     ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
     beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
     device: str = DEVICE,
+    packed_output: Optional[bool] = PACKED_OUTPUT,
 ) -> None:
     """Caption images from a feature store; prints COCO results JSON ([{image_id, caption}])."""
     from vlattn.tasks.captioning import caption as run_caption
 
-    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device)))
+    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
+                                       packed_output=packed_output)))
 
 
 @app.command()

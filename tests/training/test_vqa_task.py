@@ -74,6 +74,8 @@ def test_eval_table_matches_the_results_file(trained: Path, vqa_data: Path) -> N
     assert report["data_root"] == str(vqa_data.resolve())
     beam = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--beam-size", "3", "--device", "cpu"])
     assert beam.exit_code != 0 and "--beam-size: a VQA model answers by classification" in str(beam.exception)
+    packed = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--packed-output", "--device", "cpu"])
+    assert packed.exit_code != 0 and "--packed-output: packs a captioner's vocabulary" in str(packed.exception)
     table = runner.invoke(app, ["eval", "--checkpoint", str(trained), "--split", "val", "--device", "cpu"]).stdout
     assert "overall" in table and "what color is the" in table and "results:" in table
     # evaluation keeps the question no candidate answers ("paper"), and counts it

@@ -27,12 +27,14 @@ from vlattn.training.stage import Stage
 @dataclass(frozen=True)
 class EvalRequest:
     """What ``vlattn eval`` asks for: the split (None: the task's default), another data root than the
-    checkpoint's, a beam size for tasks that decode sequences (None: the config's), and the device."""
+    checkpoint's, a beam size for tasks that decode sequences (None: the config's), the device, and for captioning
+    whether the vocabulary projection runs packed (``eval.packed_output``; None: the config's)."""
 
     split: str | None = None
     data_root: Path | None = None
     beam_size: int | None = None
     device: str = "auto"
+    packed_output: bool | None = None  # captioning: eval.packed_output for this run (None: the config's)
 
 
 @dataclass(frozen=True)

@@ -356,10 +356,14 @@ def caption(
     *,
     beam_size: int | None = None,
     device: str = "auto",
+    packed_output: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """Caption the given image ids (default: all) of a feature store; COCO results rows."""
+    """Caption the given image ids (default: all) of a feature store; COCO results rows. ``packed_output``
+    overrides the checkpoint's ``eval.packed_output`` (None: keep it)."""
     checkpoint = load_checkpoint(checkpoint_path)
     cfg = checkpoint.config
+    if packed_output is not None:
+        cfg.eval.packed_output = packed_output
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
@@ -395,6 +399,8 @@ class Captioning:
         split = request.split or "test"
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
+        if request.packed_output is not None:
+            cfg.eval.packed_output = request.packed_output
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         vocab = checkpoint.vocabulary("words", Vocabulary.load)

@@ -386,6 +386,8 @@ class VisualQuestionAnswering:
         split = request.split or "val"
         if request.beam_size is not None:
             raise ConfigError("--beam-size: a VQA model answers by classification, without decoding; leave it out")
+        if request.packed_output is not None:
+            raise ConfigError("--packed-output: packs a captioner's vocabulary projection; a VQA model has none")
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
         words, answers = checkpoint_vocabularies(checkpoint)
