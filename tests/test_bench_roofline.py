@@ -3,10 +3,6 @@ the GEMM it is, and which recorded products the best-kernel bound may run packed
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
@@ -14,17 +10,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from vlattn.layers.packed import ONEDNN_LINEAR, PackedLinear
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 pytestmark = pytest.mark.skipif(not ONEDNN_LINEAR, reason="torch built without oneDNN's linear")
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("bench_roofline")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def bench(import_benchmark):
+    return import_benchmark("bench_roofline")
 
 
 def packed_layer(in_features: int, out_features: int, bias: bool = True) -> PackedLinear:

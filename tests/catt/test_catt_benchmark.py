@@ -4,9 +4,7 @@ row names, and the reproduce commands name each variant with exactly the seeds i
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +13,10 @@ from vlattn.attention import AdditiveAttention, AdditiveCausalAttention
 from vlattn.config import load_config
 from vlattn.models import build_captioner
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def driver():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("synth_catt")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def driver(import_benchmark):
+    return import_benchmark("synth_catt")
 
 
 def built(driver, key: str):
