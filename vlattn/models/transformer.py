@@ -136,7 +136,7 @@ class TransformerCaptioner(nn.Module):
         else:
             hidden = self.decoder.hidden(tokens, state.memories)
         output, last = self.decoder.output, hidden[:, -1]  # (B, d)
-        if torch.is_grad_enabled() or type(output) is not nn.Linear:
+        if torch.is_grad_enabled() or type(output) not in (nn.Linear, PackedLinear):  # same function, own buffers
             return output(last).log_softmax(dim=-1), state
         return state.outputs.log_softmax(output, last), state
 
