@@ -107,7 +107,8 @@ def test_swap_keeps_parameters_and_state_dict() -> None:
 @needs_onednn
 @pytest.mark.parametrize("overrides", [{}, {"kind": "m2"}, {"kind": "updown"}, {"kind": "catt"}])
 def test_same_beams_as_the_plain_projection(overrides: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tokens identical, log-probs to float rounding, beam search and greedy; the Transformer family's packed steps still write into the search's reused (R, V) buffers."""
+    """Tokens identical, log-probs to float rounding, beam search and greedy; the Transformer family's packed
+    steps still write into the search's reused (R, V) buffers."""
     buffered = []
     original = OutputBuffers.log_softmax
     monkeypatch.setattr(OutputBuffers, "log_softmax",
