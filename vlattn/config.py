@@ -212,8 +212,8 @@ class EvalConfig:
     # GPU options (vlattn/precision.py) of vlattn eval / caption decoding
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool = False
-    # CPU option: decoding (vlattn eval / caption, validation) computes the vocabulary projection with oneDNN from a
-    # weight packed once (vlattn/layers/packed.py; float32, no gradients; equal up to float rounding)
+    # CPU option of captioning: decoding (vlattn eval / caption, validation) computes the vocabulary projection with
+    # oneDNN from a weight packed once (vlattn/layers/packed.py; float32, no gradients; equal up to float rounding)
     packed_output: bool = False
 
 

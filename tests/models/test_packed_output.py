@@ -91,6 +91,17 @@ def test_repacks_after_the_weight_changes() -> None:
         assert torch.allclose(layer(x).double(), reference(x, other), rtol=1e-5, atol=1e-5)
 
 
+@needs_onednn
+def test_repacks_for_a_new_parameter_and_copies_leave_the_packed_weight_behind() -> None:
+    layer, x = packed_layer(), torch.randn(5, 64)
+    with torch.no_grad():
+        layer(x)
+        layer.weight = nn.Parameter(torch.randn(300, 64))  # another Parameter (its storage may reuse the address)
+        assert torch.allclose(layer(x).double(), reference(x, layer), rtol=1e-5, atol=1e-5)
+        copied = copy.deepcopy(layer)  # the packed weight is an opaque oneDNN tensor: not copied, rebuilt
+        assert copied._packed is None and torch.equal(copied(x), layer(x))
+
+
 def test_swap_keeps_parameters_and_state_dict() -> None:
     model = tiny_captioner(seed=2, tie_embeddings=True)
     state = copy.deepcopy(model.state_dict())

@@ -16,6 +16,9 @@ hence off by default.
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -42,7 +45,7 @@ class PackedLinear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self._packed: tuple[tuple[int, int], Tensor] | None = None  # ((weight's data_ptr, version), packed weight)
+        self._packed: tuple[tuple[Any, int, int], Tensor] | None = None  # (what it was packed from, packed weight)
 
     def packs(self, x: Tensor) -> bool:
         """Whether a call on ``x`` takes the packed path."""
@@ -56,12 +59,22 @@ class PackedLinear(nn.Linear):
         )
 
     def packed_weight(self) -> Tensor:
-        """The weight in oneDNN's layout, reordered again only when the weight changed since the last call."""
-        key = (self.weight.data_ptr(), self.weight._version)
-        if self._packed is None or self._packed[0] != key:
-            with torch.no_grad():
-                self._packed = key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_ROWS)
-        return self._packed[1]
+        """The weight in oneDNN's layout, reordered again when the weight changed since the last call: another
+        Parameter object (a weak reference tells, not an address that may be reused), other storage, or an in-place
+        change (the tensor's version counter)."""
+        weight = self.weight
+        if self._packed is not None:
+            (source, pointer, version), packed = self._packed
+            if source() is weight and pointer == weight.data_ptr() and version == weight._version:
+                return packed
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_ROWS)
+        self._packed = (weakref.ref(weight), weight.data_ptr(), weight._version), packed
+        return packed
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles leave the packed weight behind (an opaque oneDNN tensor, rebuilt on demand)."""
+        return {**super().__getstate__(), "_packed": None}
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.packs(x):
