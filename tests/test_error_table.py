@@ -362,7 +362,8 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
               "`--overwrite` killed between its two renames",
               "line breaks inside a caption", "Java tokenizer returns another line count",
-              "a VQA checkpoint for captioning", "question without words", "Ctrl-C or SIGTERM during training",
+              "a VQA checkpoint for captioning", "a decoding option for a VQA checkpoint",
+              "question without words", "Ctrl-C or SIGTERM during training",
               "kill -9 during the first checkpoint write", "another `batch_size` on resume"}
 
 
