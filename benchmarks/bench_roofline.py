@@ -63,6 +63,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import math
 import re
 import shutil
 import statistics
@@ -104,10 +105,7 @@ REORDER = torch.ops.mkldnn._reorder_linear_weight if ONEDNN_LINEAR else None
 
 def linear_flop(x_shape: torch.Size, w_shape: torch.Size, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     """FLOPs of oneDNN's linear, x (..., in) by a weight (out, in): addmm's count, 2 x rows x in x out."""
-    rows = 1
-    for n in x_shape[:-1]:
-        rows *= n
-    return flop_registry[aten.mm].__wrapped__((rows, x_shape[-1]), (w_shape[1], w_shape[0]))
+    return flop_registry[aten.mm].__wrapped__((math.prod(x_shape[:-1]), x_shape[-1]), (w_shape[1], w_shape[0]))
 
 
 # FlopCounterMode knows the CUDA attention kernels but not the fused CPU one that eval-mode SDPA runs

@@ -319,7 +319,13 @@ SCST: Stage[CaptionData] = dataclasses.replace(
 # --- evaluation and captioning ----------------------------------------------------------------------------
 
 
-def _load_model(checkpoint: Checkpoint, vocab: Vocabulary, store_dim: int, device: torch.device) -> nn.Module:
+def _load_model(
+    checkpoint: Checkpoint, vocab: Vocabulary, store_dim: int, device: torch.device, packed_output: bool | None,
+) -> nn.Module:
+    """The checkpoint's captioner on ``device`` for decoding; ``packed_output`` overrides the config's
+    ``eval.packed_output`` (None: keep it)."""
+    if packed_output is not None:
+        checkpoint.config.eval.packed_output = packed_output
     model = build_model(checkpoint.config, vocab, store_dim)
     load_weights(model, checkpoint)
     model.to(device).eval()
@@ -362,8 +368,6 @@ def caption(
     overrides the checkpoint's ``eval.packed_output`` (None: keep it)."""
     checkpoint = load_checkpoint(checkpoint_path)
     cfg = checkpoint.config
-    if packed_output is not None:
-        cfg.eval.packed_output = packed_output
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
@@ -374,7 +378,7 @@ def caption(
     if missing:
         raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
     dev = pick_device(device)
-    model = _load_model(checkpoint, vocab, store.dim, dev)
+    model = _load_model(checkpoint, vocab, store.dim, dev, packed_output)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
     predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
@@ -399,8 +403,6 @@ class Captioning:
         split = request.split or "test"
         if request.data_root is not None:
             cfg.data.root = str(request.data_root)
-        if request.packed_output is not None:
-            cfg.eval.packed_output = request.packed_output
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         vocab = checkpoint.vocabulary("words", Vocabulary.load)
@@ -408,7 +410,7 @@ class Captioning:
         dev = pick_device(request.device)
         data = load_caption_data(cfg.data, vocab)
         require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
-        model = _load_model(checkpoint, vocab, data.store.dim, dev)
+        model = _load_model(checkpoint, vocab, data.store.dim, dev, request.packed_output)
         dataset = data.eval_set(split)
         predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
         references = references_of(dataset)
