@@ -140,7 +140,8 @@ Cross-checks:
 - The authors' released Caffe net (peteanderson80/Up-Down-Captioner, `scripts/create_caption_lstm.py`) at
   {THEIRS:,} rows has {sum(released.values()):,}; ours (paper variant, same rows) has {caffe_gap:+,} more: torch's `LSTMCell` keeps two
   bias vectors per cell where Caffe's LSTM has one (2 x 4M = {8 * hidden:,}) and the registry's additive attention has
-  biases in W_va, W_ha and w_a where Caffe has none ({2 * attention + 1:,}); the layer structure is otherwise the same."""
+  biases in W_va and W_ha where Caffe has none ({2 * attention:,}; w_a has none, as in Eq. 3); the layer structure is
+  otherwise the same."""
     publish("Up-Down parameters", body, args)
 
 

@@ -264,3 +264,19 @@ def test_catt_projects_the_dictionary_once_per_pass() -> None:
     calls.clear()
     beam_search(model, model_inputs(inputs), bos=BOS, eos=EOS, beam_size=3, max_len=6)
     assert calls == [(1, 7, FEATURE_DIM)]
+
+
+def test_score_bias_only_in_the_self_critical_layout() -> None:
+    """Eq. 3's w_a has no bias (a constant added to every logit cancels in the softmax, so it could never learn);
+    self-critical.pytorch's alpha_net has one, so the self_critical variant keeps it, and an explicit option wins."""
+    assert updown().attention.score.bias is None
+    self_critical = updown(options={"variant": "self_critical", "embed_dim": 10, "attention_dim": 8})
+    assert self_critical.attention.score.bias is not None
+    explicit = updown(decoder_cross_attention=Spec("additive", {"score_bias": True}))
+    assert explicit.attention.score.bias is not None
+    # the bias shifts every logit alike: the captions' log-probabilities do not depend on it
+    inputs = tiny_inputs()
+    before = self_critical(model_inputs(inputs), inputs["tokens"]).log_softmax(-1)
+    with torch.no_grad():
+        self_critical.attention.score.bias.add_(3.0)
+    torch.testing.assert_close(self_critical(model_inputs(inputs), inputs["tokens"]).log_softmax(-1), before)

@@ -30,7 +30,11 @@ class AdditiveAttention(nn.Module):
 
     @dataclass
     class Options:
-        """Additive attention has no options of its own."""
+        """``score_bias``: a bias in the scoring layer w_a. The paper's Eq. 3 has none, and a constant added to
+        every logit cancels in the softmax (its gradient is zero in exact arithmetic); self-critical.pytorch's
+        ``alpha_net`` has one, so its layout (Up-Down's ``self_critical`` variant) turns it on."""
+
+        score_bias: bool = False
 
     capabilities: ClassVar[Capabilities] = Capabilities(
         sites=frozenset({Site.CROSS}), cacheable=False, heads=False, query_dim_differs=True
@@ -38,11 +42,12 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, dims: AttentionDims, options: Options | None = None) -> None:
         super().__init__()
+        options = options or self.Options()
         self.out_dim = dims.k_dim
         self.dropout = dims.dropout
         self.key_proj = nn.Linear(dims.k_dim, dims.d_model)  # W_va
         self.query_proj = nn.Linear(dims.q_dim, dims.d_model)  # W_ha
-        self.score = nn.Linear(dims.d_model, 1)  # w_a
+        self.score = nn.Linear(dims.d_model, 1, bias=options.score_bias)  # w_a
 
     def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Projected keys (B, Nk, d_model) and the values as they are (B, Nk, Dk)."""

@@ -35,7 +35,7 @@ Variants (``options.variant``):
 What still differs from the released codes (benchmarks/RESULTS.md, "Up-Down parameters", counts every
 parameter): torch's ``LSTMCell`` has two bias vectors (b_ih, b_hh) where Caffe's LSTM has one (self-critical.pytorch
 has torch's two); the registry's additive attention has biases in W_va and W_ha where the Caffe layers have
-none; the vocabulary keeps separate PAD/BOS/EOS/UNK rows where self-critical.pytorch shares row 0 for BOS, EOS
+none (w_a has none in ``paper``, as in Eq. 3; ``self_critical`` adds it, as ``alpha_net`` has one); the vocabulary keeps separate PAD/BOS/EOS/UNK rows where self-critical.pytorch shares row 0 for BOS, EOS
 and padding; the initialisation is torch's default (Caffe: Gaussian std 0.01, forget-gate bias 1).
 
 Decoding (``encode``/``step``/``reorder``): with ``use_cache`` the state carries the LSTM states after the
@@ -290,12 +290,14 @@ VARIANTS: dict[str, Callable[[int, int, float, float | None], VariantParts]] = {
 
 
 def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key_dim: int,
-                       box_channels: int = 0) -> nn.Module:
+                       box_channels: int = 0, score_bias: bool = False) -> nn.Module:
     """The mechanism of ``model.decoder_cross_attention`` at the top-down site (queries: the attention LSTM's
     h^1 (``query_dim``), keys and values: the regions (``key_dim``), whose last ``box_channels`` are
     ``model.box_input``'s box channels: a mechanism with a global dictionary (BUTD+CATT) is told, so its entries
     keep the raw feature width and zero box channels); refused with a ``ConfigError`` unless it takes queries of
-    another size than its keys and its capabilities allow a cross site with box geometry."""
+    another size than its keys and its capabilities allow a cross site with box geometry. ``score_bias``: the
+    default of ``additive``'s ``score_bias`` option (the ``self_critical`` variant's ``alpha_net`` has a bias; an
+    explicit option in the config wins)."""
     spec, where = getattr(cfg, TOP_DOWN_SITE), f"model.{TOP_DOWN_SITE}"
     if not attention_class(spec.name, where).capabilities.query_dim_differs:
         raise ConfigError(
@@ -304,9 +306,10 @@ def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key
         )
     dims = AttentionDims(attention_dim, cfg.num_heads, first_set(cfg.attention_dropout, 0.0), query_dim, key_dim)
     check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True)
+    options = {"score_bias": score_bias, **spec.options} if spec.name == "additive" else spec.options
     attention = build_attention(
         spec.name, d_model=attention_dim, num_heads=cfg.num_heads, dropout=dims.dropout, query_dim=query_dim,
-        key_dim=key_dim, options=spec.options, where=where,
+        key_dim=key_dim, options=options, where=where,
     )
     if box_channels and isinstance(attention, CausalAttention):
         attention.zero_key_channels(box_channels)
@@ -330,7 +333,8 @@ def build_updown(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> UpDownCa
     attention_lstm = nn.LSTMCell(hidden + parts.pooled_dim + options.embed_dim, hidden)
     raw_regions = options.variant == "paper"  # self_critical attends embedded regions: no box channels at the site
     box_channels = BOX_CHANNELS if cfg.box_input and raw_regions else 0
-    attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim, box_channels)
+    attention = top_down_attention(cfg, options.attention_dim, hidden, parts.region_dim, box_channels,
+                                   score_bias=options.variant == "self_critical")
     language_lstm = nn.LSTMCell(attention.out_dim + hidden, hidden)
     output = nn.Linear(hidden, vocab_size, bias=cfg.output_bias)
     if cfg.tie_embeddings:
