@@ -23,6 +23,7 @@ from vlattn.errors import ConfigError
 from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
+from vlattn.models.lxmert import Lxmert, build_lxmert
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.mcan_catt import MCANCatt, build_mcan_catt
@@ -57,6 +58,7 @@ MODELS: dict[str, ModelKind] = {
     "twin_stream": ModelKind("vqa", build_twin_stream),
     "catt": ModelKind("captioning", build_catt),
     "mcan_catt": ModelKind("vqa", build_mcan_catt),
+    "lxmert": ModelKind("vqa", build_lxmert),
 }
 
 
@@ -122,6 +124,7 @@ __all__ = [
     "DecoderLayer",
     "EncoderLayer",
     "LayerCache",
+    "Lxmert",
     "Memory",
     "MeshedCrossAttention",
     "ModelInputs",
@@ -136,6 +139,7 @@ __all__ = [
     "UpDownState",
     "build_captioner",
     "build_catt",
+    "build_lxmert",
     "build_m2",
     "build_mcan",
     "build_mcan_catt",
