@@ -49,7 +49,7 @@ No official code exists; every choice the paper leaves open, and ours:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import torch
@@ -238,6 +238,12 @@ class StackedLatentAttention(UnitStack):
     capabilities: ClassVar[Capabilities] = Capabilities(
         sites=frozenset({Site.CROSS}), cacheable=False, needs_geometry=True, heads=False, query_dim_differs=True
     )
+
+    @classmethod
+    def capabilities_for(cls, options: Options) -> Capabilities:
+        """Only ``position: boxes`` reads the context's geometry; ``grid`` and ``none`` place like ``stacked``
+        (e.g. at a Transformer decoder's or MCAN's cross sites, which pass no boxes)."""
+        return replace(cls.capabilities, needs_geometry=options.position == "boxes")
 
     def __init__(self, dims: AttentionDims, options: Options | None = None) -> None:
         super().__init__()
