@@ -205,7 +205,7 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
         region_projection(cfg.feature_dim + box_channels, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
         None if options.share else [parts.encoder_layer(Site.CROSS) for _ in range(cfg.encoder_layers)],
-        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary),
+        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary, where="model.options.image_dictionary"),
         box_channels,
         parts.box_encoding(),
     )
@@ -217,7 +217,8 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
     decoder = CattDecoder(
         embed, SinusoidalPositions(cfg.d_model, cfg.max_positions), parts.decoder_layers(parts.cross_site),
         None if options.share else parts.decoder_layers(parts.cross_site),
-        GlobalDictionary(cfg.d_model, "word", options.word_dictionary), fusion, output,
+        GlobalDictionary(cfg.d_model, "word", options.word_dictionary, vocabulary_size=vocab_size,
+                         where="model.options.word_dictionary"), fusion, output,
         first_set(cfg.embedding_dropout, cfg.dropout),
     )
     return CattCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
