@@ -213,6 +213,8 @@ class Lxmert(nn.Module):
     ``images`` = 2 (NLVR2), (B, 2, N, D), (B, 2, N, 4), (B, 2, N): the question is read with each image and the
     two pooled vectors are classified together."""
 
+    question_tokens = "wordpiece"  # the VQA tasks encode questions as [CLS] WordPiece [SEP] for it
+
     def __init__(self, encoder: LxmertEncoder, head: nn.Sequential, images: int = 1) -> None:
         super().__init__()
         self.encoder = encoder

@@ -46,6 +46,7 @@ from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.data.vqa import (
     Annotation,
     AnswerVocabulary,
@@ -91,7 +92,7 @@ class VQAData:
 
     root: Path
     config: DataConfig
-    words: Vocabulary
+    words: Vocabulary | WordPieceVocabulary
     answers: AnswerVocabulary
     store: FeatureStore
     loaded: dict[str, VQASplit] = field(default_factory=dict)
@@ -168,13 +169,22 @@ def read_split(root: Path, cfg: DataConfig, split: str) -> VQASplit:
     return load_split(split, questions, annotations)
 
 
-def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
-    """Question words of ``data.vocab_splits`` and the frequent training answers (see the module docstring)."""
+def question_vocabulary(data: VQAData) -> Vocabulary | WordPieceVocabulary:
+    """The question words of ``data.vocab_splits`` or, with ``data.question_tokens: wordpiece``, the WordPiece
+    entries of ``data.wordpiece_vocab`` (relative to the data root)."""
+    cfg = data.config
+    if cfg.question_tokens == "wordpiece":
+        return WordPieceVocabulary.from_file(data.root / cfg.wordpiece_vocab)
+    return build_question_vocabulary((q for split in cfg.vocab_splits for q in data.split(split).questions),
+                                     cfg.vocab_min_count)
+
+
+def build_vocabularies(data: VQAData) -> tuple[Vocabulary | WordPieceVocabulary, AnswerVocabulary]:
+    """Question words (:func:`question_vocabulary`) and the frequent training answers (see the module docstring)."""
     cfg, train = data.config, data.split("train")
     if train.annotations is None:
         raise DataError("the train split has no annotations to take candidate answers from", path=train.sources[0])
-    words = build_question_vocabulary((q for split in cfg.vocab_splits for q in data.split(split).questions),
-                                      cfg.vocab_min_count)
+    words = question_vocabulary(data)
     answers = AnswerVocabulary.build((a.multiple_choice_answer for a in train.annotations.values()),
                                      min_count=cfg.answer_min_count)
     if not len(answers):
@@ -183,7 +193,7 @@ def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
     return words, answers
 
 
-def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
+def load_vqa_data(cfg: DataConfig, words: Vocabulary | WordPieceVocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
     """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
@@ -193,11 +203,13 @@ def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: Ans
     return data
 
 
-def checkpoint_vocabularies(checkpoint: Checkpoint) -> tuple[Vocabulary, AnswerVocabulary]:
+def checkpoint_vocabularies(checkpoint: Checkpoint) -> tuple[Vocabulary | WordPieceVocabulary, AnswerVocabulary]:
     """The ``words`` and ``answers`` vocabularies of a VQA checkpoint (checked against its weights)."""
     if checkpoint.config.task != VQA.name:
         raise ConfigError(f"{checkpoint.path}: a {checkpoint.config.task} checkpoint; this needs a VQA model")
-    return checkpoint.vocabulary("words", Vocabulary.load), checkpoint.vocabulary("answers", AnswerVocabulary.load)
+    wordpiece = checkpoint.config.data.question_tokens == "wordpiece"
+    words = checkpoint.vocabulary("words", WordPieceVocabulary.load if wordpiece else Vocabulary.load)
+    return words, checkpoint.vocabulary("answers", AnswerVocabulary.load)
 
 
 def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
@@ -207,7 +219,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
     return load_vqa_data(cfg.data, *checkpoint_vocabularies(source))
 
 
-def build_model(cfg: Config, words: Vocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
+def build_model(cfg: Config, words: Vocabulary | WordPieceVocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
     """The VQA model of ``cfg.model`` for the vocabularies (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
     model = build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD)
@@ -304,7 +316,7 @@ TRAIN: Stage[VQAData] = Stage(
 # --- evaluation, answering, profiling ---------------------------------------------------------------------
 
 
-def load_model(checkpoint: Checkpoint, words: Vocabulary, answers: AnswerVocabulary, store_dim: int,
+def load_model(checkpoint: Checkpoint, words: Vocabulary | WordPieceVocabulary, answers: AnswerVocabulary, store_dim: int,
                device: torch.device) -> nn.Module:
     model = build_model(checkpoint.config, words, answers, store_dim)
     load_weights(model, checkpoint)
@@ -375,9 +387,14 @@ class VisualQuestionAnswering:
     profile_shapes = ProfileShapes(length=14, answers=3129, default_regions=100)
 
     def check(self, cfg: Config) -> None:
-        """Build the VQA model on the meta device (every model option, site and mechanism is checked) and check
-        ``train.lr_scaling`` against it."""
-        lr_scale(cfg.train.lr_scaling, check_vqa_model_config(cfg.model))
+        """Build the VQA model on the meta device (every model option, site and mechanism is checked), check
+        ``train.lr_scaling`` against it and the question tokens against what the model reads."""
+        model = check_vqa_model_config(cfg.model)
+        lr_scale(cfg.train.lr_scaling, model)
+        reads = getattr(model, "question_tokens", "words")
+        if cfg.data.question_tokens != reads:
+            raise ConfigError(f"data.question_tokens: model.kind {cfg.model.kind!r} reads {reads!r} questions, "
+                              f"got {cfg.data.question_tokens!r}")
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Answer ``request.split`` (default ``val``), write the results file and, with annotations, the official
