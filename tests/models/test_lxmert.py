@@ -128,6 +128,8 @@ def test_full_size_parameters() -> None:
     model = check_vqa_model_config(vlattn_config(FULL), size=30522)
     encoder = sum(p.numel() for p in model.encoder.parameters())
     assert encoder == expected == sum(p.numel() for p in LxmertModel(hf_config(FULL)).parameters())
+    # the layers alone: the LW-Transformer paper's "BERT-style model" of 181M parameters
+    assert sum(p.numel() for layer in model.backbone_layers() for p in layer.parameters()) == 14 * layer + 5 * cross == 181_928_448
 
 
 def test_unshared_cross_attention_has_one_sub_layer_per_direction() -> None:

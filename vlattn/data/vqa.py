@@ -179,6 +179,7 @@ class VQASplit:
     questions: list[Question]
     annotations: dict[int, Annotation] | None
     sources: list[Path]
+    external_ids: dict[int, str] | None = None  # the files' own question ids where they are not integers (GQA)
 
 
 def load_split(name: str, question_files: Sequence[Path], annotation_files: Sequence[Path]) -> VQASplit:

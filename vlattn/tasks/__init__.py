@@ -14,12 +14,13 @@ from vlattn.config import Config, lookup
 from vlattn.errors import ConfigError
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioning import CAPTIONING
+from vlattn.tasks.nlvr2 import NLVR2
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.rundir import RunDirectory
 from vlattn.training.stage import Stage, run_stage
 
-TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
+TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA, "nlvr2": NLVR2}
 
 
 def task_of(name: str) -> Task:

@@ -45,6 +45,7 @@ from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.regions import RegionSampler
+from vlattn.data.gqa import load_gqa_split
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.data.vqa import (
@@ -60,18 +61,12 @@ from vlattn.data.vqa import (
     question_tokens,
 )
 from vlattn.errors import ConfigError, DataError
+from vlattn.data.jsonfiles import write_json
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
 from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
-from vlattn.models.profile import (
-    backbone_madds_of,
-    backbone_parameters,
-    count_flops,
-    count_parameters,
-    latency_of,
-    random_regions,
-)
+from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.answers import answer_loss, answer_objective
@@ -164,8 +159,10 @@ def split_files(root: Path, cfg: DataConfig, split: str) -> tuple[list[Path], li
 
 
 def read_split(root: Path, cfg: DataConfig, split: str) -> VQASplit:
-    """Split ``split`` of the data set at ``root``."""
+    """Split ``split`` of the data set at ``root`` (VQA v2 files, or GQA's with ``data.format: gqa``)."""
     questions, annotations = split_files(root, cfg, split)
+    if cfg.format == "gqa":
+        return load_gqa_split(split, questions)
     return load_split(split, questions, annotations)
 
 
@@ -324,8 +321,11 @@ def load_model(checkpoint: Checkpoint, words: Vocabulary | WordPieceVocabulary, 
 
 
 def results_name(cfg: Config, split: str) -> str:
-    """The evaluation server's file name: ``vqa_OpenEnded_mscoco_<subtypes>_<kind>_results.json``."""
+    """The evaluation server's file name: ``vqa_OpenEnded_mscoco_<subtypes>_<kind>_results.json`` (GQA:
+    ``gqa_<subtypes>_<kind>_predictions.json``)."""
     subtypes = "+".join(cfg.data.vqa_splits.get(split, [split]))
+    if cfg.data.format == "gqa":
+        return f"gqa_{subtypes}_{cfg.model.kind}_predictions.json"
     return f"vqa_OpenEnded_mscoco_{subtypes}_{cfg.model.kind}_results.json"
 
 
@@ -415,14 +415,20 @@ class VisualQuestionAnswering:
         predictions = answer_dataset(model, dataset, answers, batch_size=cfg.eval.batch_size, device=dev)
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
-        write_vqa_results(results, predictions)
+        external = data.split(split).external_ids
+        if external is None:
+            write_vqa_results(results, predictions)
+        else:  # GQA's submission format, its own question ids
+            write_json(results, [{"questionId": external[qid], "prediction": answer}
+                                 for qid, answer in sorted(predictions.items())])
         report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
                                   "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
         annotations = data.split(split).annotations
         if annotations is not None:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
-            report.update(unanswerable=unanswerable, **evaluate_vqa(predictions, annotations).to_dict())
+            report.update(unanswerable=unanswerable, format=cfg.data.format,
+                          **evaluate_vqa(predictions, annotations).to_dict())
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 
@@ -443,39 +449,27 @@ class VisualQuestionAnswering:
         model = build_vqa_model(cfg.model, shapes.vocab_size, shapes.answers)
         shapes = shapes.for_model(model)
         inputs = vqa_batch(shapes, cfg.model.feature_dim)
-
-        def train_step() -> None:
-            answer_loss(model(inputs), inputs["targets"], cfg.train.bce_reduction).backward()
-            model.zero_grad(set_to_none=True)
-
-        def forward() -> None:
-            with torch.no_grad():
-                model(inputs)
-
-        model.train()
-        train_flops = count_flops(train_step)
-        model.eval()
-        answer_flops = count_flops(forward)
         single = vqa_batch(dataclasses.replace(shapes, batch=1), cfg.model.feature_dim)
-        madds = backbone_madds_of(model, lambda: model(single))
-        model.train()
+        measured = classifier_profile(model, inputs, single,
+                                      lambda logits: answer_loss(logits, inputs["targets"], cfg.train.bce_reduction),
+                                      shapes.repeats, "answer_batch")
         return {
             "model": cfg.model.kind,
             "shapes": {"batch": shapes.batch, "regions": shapes.regions, "length": shapes.length,
                        "feature_dim": cfg.model.feature_dim, "vocab": shapes.vocab_size, "answers": shapes.answers},
-            "threads": torch.get_num_threads(),
-            "parameters": count_parameters(model),
-            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
-            "flops": {"train_step": train_flops, "answer_batch": answer_flops},
-            "latency_ms": latency_of({"train_step_ms": train_step, "answer_batch_ms": forward}, shapes.repeats),
+            **measured,
         }
 
 
 def format_accuracy(report: Mapping[str, Any]) -> list[str]:
-    """Lines of the accuracy table of a ``VQAReport.to_dict()``: overall, per answer type, per question type."""
+    """Lines of the accuracy table of a ``VQAReport.to_dict()``: overall, per answer type, per question type
+    (GQA: per structural and per semantic type)."""
+    gqa = report.get("format") == "gqa"
     lines = [f"  {'overall':<24} {report['overall']:6.2f}"]
+    if gqa:
+        lines.append("  per structural type:")
     lines += [f"  {kind:<24} {value:6.2f}" for kind, value in report["perAnswerType"].items()]
-    lines.append("  per question type:")
+    lines.append("  per semantic type:" if gqa else "  per question type:")
     lines += [f"    {kind:<22} {value:6.2f}" for kind, value in report["perQuestionType"].items()]
     return lines
 
