@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlattn.config import Config, config_from_dict, config_to_dict, load_config, save_config
+from vlattn import presets
+from vlattn.config import Config, config_from_dict, config_to_dict, load_config, merge_mappings, save_config
 from vlattn.errors import ConfigError
 
-CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
+PRESETS = presets.names()
 
 
 def test_overrides_parse_yaml_values() -> None:
@@ -66,9 +67,76 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
         load_config(bad)
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_shipped_presets_load(path: Path) -> None:
-    cfg = load_config(path)
+@pytest.mark.parametrize("name", PRESETS)
+def test_shipped_presets_load_by_name(name: str) -> None:
+    """Every preset loads by its name, carries a one-line description, and survives a save/load round trip."""
+    cfg = load_config(name)
     assert isinstance(cfg, Config)
-    # Every key of the preset is a real config key (config_from_dict rejects the rest) and survives a round trip.
-    assert config_to_dict(config_from_dict(yaml.safe_load(path.read_text()))) == config_to_dict(cfg)
+    description = presets.describe()[name]
+    assert description and "\n" not in description and len(description) <= 120
+    assert yaml.safe_load(presets.text(name))["description"] == description
+
+
+def test_the_presets_ship_in_the_package() -> None:
+    """The presets live beside the code (package data), not in a checkout's top-level configs/."""
+    import vlattn
+
+    folder = Path(vlattn.__file__).parent / "presets"
+    assert sorted(p.stem for p in folder.glob("*.yaml")) == PRESETS
+    assert {"demo", "vqa-demo", "m2", "transformer", "vqa-mcan"} <= set(PRESETS)
+
+
+def test_names_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference without directory part or suffix is a preset name; anything else is a file. A file named like a
+    preset in the working directory does not shadow the preset."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m2").write_text("model: {d_model: 8}\n")
+    assert load_config("m2").model.d_model == 512
+    (tmp_path / "mine.yaml").write_text("base: m2\nmodel: {d_model: 256}\n")
+    assert load_config("mine.yaml").model.d_model == 256
+    with pytest.raises(ConfigError, match=r"^nosuch: no preset of that name \(presets: .*demo.*m2"):
+        load_config("nosuch")
+    with pytest.raises(ConfigError, match="mine: no preset"):
+        load_config("mine")
+
+
+def test_base_chain_is_merged_key_by_key(tmp_path: Path) -> None:
+    """``base`` resolves presets and files (relative to the referring file); the child's keys win, mappings merge,
+    lists replace; a Spec or model that changes its name/kind does not inherit the base's options."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "parent.yaml").write_text(
+        "base: demo\ndata: {vocab_splits: [train, val]}\ntrain: {schedule: {options: {warmup: 10}}}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: sub/parent.yaml\ndata: {vocab_splits: [val]}\n"
+                     "model: {kind: m2, encoder_self_attention: {name: memory, options: {slots: 4}}}\n")
+    cfg = load_config(child)
+    demo = load_config("demo")
+    assert cfg.model.d_model == demo.model.d_model == 128  # from demo, two levels up
+    assert cfg.data.vocab_splits == ["val"]  # lists replace
+    assert cfg.train.schedule.name == "noam" and cfg.train.schedule.options == {"scale": 0.5, "warmup": 10}
+    assert cfg.model.kind == "m2" and cfg.model.options == {}  # demo's (transformer) options are not inherited
+    assert cfg.model.encoder_self_attention.options == {"slots": 4}
+    assert merge_mappings({"a": {"name": "x", "options": {"p": 1}, "q": 2}}, {"a": {"name": "y"}}) == \
+        {"a": {"name": "y", "q": 2}}
+    assert merge_mappings({"a": {"name": "x", "options": {"p": 1}}}, {"a": {"options": {"r": 2}}}) == \
+        {"a": {"name": "x", "options": {"p": 1, "r": 2}}}
+
+
+def test_base_errors_are_one_line_and_named(tmp_path: Path) -> None:
+    loop_a, loop_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    loop_a.write_text("base: b.yaml\n")
+    loop_b.write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"a\.yaml: base chain .*a\.yaml -> .*b\.yaml -> .*a\.yaml is a cycle"):
+        load_config(loop_a)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: [demo]\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: base: expected a preset name"):
+        load_config(bad)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("base: nope.yaml\n")
+    with pytest.raises(ConfigError, match=r"nope\.yaml: config file not found"):
+        load_config(missing)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("base: demo\nmodel: {d_modle: 3}\n")
+    with pytest.raises(ConfigError, match=r"wrong\.yaml: unknown config key model\.d_modle"):
+        load_config(wrong)

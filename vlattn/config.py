@@ -1,8 +1,8 @@
 """Dataclass configs with YAML in and out; unknown keys are rejected with the key named.
 
 Modules never receive a whole config: builders read the fields they need and pass explicit
-arguments. ``load_config(path, overrides)`` reads a YAML preset from ``configs/`` and applies
-``--set section.key=value`` overrides.
+arguments. ``load_config(name_or_path, overrides)`` reads a shipped preset (:mod:`vlattn.presets`) or a YAML/JSON
+file, resolves its ``base`` chain and applies ``--set section.key=value`` overrides.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from vlattn import presets
 from vlattn.errors import ConfigError
 
 T = TypeVar("T")
@@ -378,30 +379,86 @@ def _yaml_where(err: yaml.YAMLError) -> str:
     return f"{where}: {' '.join(str(problem).split())}"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML (or JSON) config file, apply overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
-        try:
-            data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML{_yaml_where(err)}") from None
-    apply_overrides(data, overrides or [])
+def _parse_file(text: str, source: str, as_json: bool) -> dict[str, Any]:
+    """The mapping of a config file's ``text`` (JSON or YAML); errors name ``source``."""
+    try:
+        data = (json.loads(text) if as_json else yaml.safe_load(text)) or {}
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{source}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML{_yaml_where(err)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def _read_file(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
+
+
+def _read_mapping(ref: str | Path, relative_to: Path | None, chain: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    """The raw mapping of a preset name or config file with its ``base`` chain merged in, and how to name it in
+    errors. A file's ``base`` path is relative to the file's directory; ``chain`` (the referring sources) detects
+    cycles."""
+    if presets.is_name(ref):
+        source = f"preset {ref}"
+        text = presets.text(str(ref))
+        if text is None:
+            raise ConfigError(f"{ref}: no preset of that name (presets: {', '.join(presets.names())}; a config file "
+                              f"needs a .yaml/.json suffix or a directory part)")
+        data, parent_dir = _parse_file(text, source, as_json=False), None
+    else:
+        path = Path(ref) if relative_to is None or Path(ref).is_absolute() else relative_to / ref
+        source = str(path)
+        data, parent_dir = _parse_file(_read_file(path), source, as_json=path.suffix == ".json"), path.parent
+    if source in chain:
+        raise ConfigError(f"{chain[0]}: base chain {' -> '.join((*chain, source))} is a cycle")
+    data.pop("description", None)
+    if "base" not in data:
+        return source, data
+    base = data.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{source}: base: expected a preset name or a config file path, got {base!r}")
+    _, inherited = _read_mapping(base, parent_dir, (*chain, source))
+    return source, merge_mappings(inherited, data)
+
+
+def merge_mappings(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` over ``base``: mappings merge key by key, anything else (lists included) replaces. ``options``
+    belong to the component named beside them: a mapping that changes its ``name`` (a :class:`Spec`) or ``kind``
+    (the model) does not inherit its base's ``options``."""
+    merged = dict(base)
+    if any(key in child and child[key] != base.get(key) for key in ("name", "kind")):
+        merged.pop("options", None)
+    for key, value in child.items():
+        old = merged.get(key)
+        merged[key] = merge_mappings(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def resolve_config_dict(ref: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The raw mapping of preset name or config file ``ref`` (None: all defaults) with its ``base`` chain merged
+    in and ``overrides`` applied, before validation."""
+    data = _read_mapping(ref, None, ())[1] if ref is not None else {}
+    return apply_overrides(data, overrides or [])
+
+
+def load_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The validated config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
+    directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
+    data = resolve_config_dict(ref, overrides)
     try:
         return config_from_dict(data)
     except ConfigError as err:
-        raise ConfigError(f"{path or 'config'}: {err}") from None
+        where = f"preset {ref}" if ref is not None and presets.is_name(ref) else (ref or "config")
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
