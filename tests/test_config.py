@@ -122,21 +122,20 @@ def test_base_chain_is_merged_key_by_key(tmp_path: Path) -> None:
         {"a": {"name": "x", "options": {"p": 1, "r": 2}}}
 
 
-def test_base_errors_are_one_line_and_named(tmp_path: Path) -> None:
-    loop_a, loop_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    loop_a.write_text("base: b.yaml\n")
-    loop_b.write_text("base: a.yaml\n")
+@pytest.mark.parametrize(("text", "message"), [
+    ("base: [demo]\n", r"bad\.yaml: base: expected a preset name"),
+    ("base: nope.yaml\n", r"nope\.yaml: config file not found"),
+    ("base: nosuch\n", r"nosuch: no preset of that name"),
+    ("base: demo\nmodel: {d_modle: 3}\n", r"bad\.yaml: unknown config key model\.d_modle"),
+])
+def test_base_errors_are_named(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_base_cycles_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match=r"a\.yaml: base chain .*a\.yaml -> .*b\.yaml -> .*a\.yaml is a cycle"):
-        load_config(loop_a)
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("base: [demo]\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: base: expected a preset name"):
-        load_config(bad)
-    missing = tmp_path / "missing.yaml"
-    missing.write_text("base: nope.yaml\n")
-    with pytest.raises(ConfigError, match=r"nope\.yaml: config file not found"):
-        load_config(missing)
-    wrong = tmp_path / "wrong.yaml"
-    wrong.write_text("base: demo\nmodel: {d_modle: 3}\n")
-    with pytest.raises(ConfigError, match=r"wrong\.yaml: unknown config key model\.d_modle"):
-        load_config(wrong)
+        load_config(tmp_path / "a.yaml")
