@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from vlattn import presets
-from vlattn.config import Config, config_from_dict, config_to_dict, load_config, merge_mappings, save_config
+from vlattn.config import (Config, DataConfig, EvalConfig, ModelConfig, Spec, TrainConfig, config_from_dict, config_to_dict,
+                           load_config, merge_mappings, save_config)
 from vlattn.errors import ConfigError
 
 PRESETS = presets.names()
@@ -139,3 +141,27 @@ def test_base_cycles_are_refused(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match=r"a\.yaml: base chain .*a\.yaml -> .*b\.yaml -> .*a\.yaml is a cycle"):
         load_config(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: ModelConfig(dropout=2.0), r"^config key model\.dropout: must be < 1\.0, got 2\.0$"),
+    (lambda: ModelConfig(encoder_self_attention="mha"), r"^config key model\.encoder_self_attention: expected a Spec"),
+    (lambda: ModelConfig(d_model="big"), r"^config key model\.d_model: expected int, got 'big'$"),
+    (lambda: TrainConfig(val_decoding="sample"), r"^config key train\.val_decoding: 'sample' is not one of"),
+    (lambda: TrainConfig(adam_betas=[0.9]), r"^config key train\.adam_betas: expected two numbers"),
+    (lambda: dataclasses.replace(EvalConfig(), beam_size=0), r"^config key eval\.beam_size: must be >= 1, got 0$"),
+    (lambda: Config(model=DataConfig()), r"^config key model: expected a ModelConfig"),
+    (lambda: Spec("mha", options=[1]), r"^Spec mha options: expected a mapping"),
+])
+def test_configs_built_by_hand_are_validated_as_yaml_is(build, message: str) -> None:
+    """A config section constructed in Python (or changed by dataclasses.replace) is checked as a loaded one, with
+    the same one-line message naming the key as the YAML path gives."""
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+def test_hand_built_and_loaded_configs_agree() -> None:
+    assert ModelConfig(dropout=0).dropout == 0.0 and isinstance(ModelConfig(dropout=0).dropout, float)
+    with pytest.raises(ConfigError) as from_yaml:
+        load_config(None, ["model.dropout=2.0"])
+    assert str(from_yaml.value) == "config: config key model.dropout: must be < 1.0, got 2.0"

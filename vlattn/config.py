@@ -8,6 +8,7 @@ file, resolves its ``base`` chain and applies ``--set section.key=value`` overri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -54,6 +55,23 @@ class Spec:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"Spec name: expected a component name, got {self.name!r}")
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"Spec {self.name} options: expected a mapping, got {self.options!r}")
+
+
+class Section:
+    """A config section that validates itself when constructed — from YAML, by hand (``ModelConfig(dropout=2.0)``)
+    or by ``dataclasses.replace`` — as a loaded config is (:func:`validate_fields`); ``KEY`` is its key in
+    :class:`Config` (``""`` for the whole config)."""
+
+    KEY: typing.ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        validate_fields(self, self.KEY)
+
 
 def spec(name: str, **options: Any) -> Any:
     """A :class:`Spec` field defaulting to component ``name`` with ``options``."""
@@ -61,9 +79,11 @@ def spec(name: str, **options: Any) -> Any:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     """Model architecture. ``kind`` selects a builder in ``vlattn.models.MODELS``; ``options`` are the
     kind's own options (validated against its ``Options`` dataclass)."""
+
+    KEY: typing.ClassVar[str] = "model"
 
     kind: str = "transformer"
     feature_dim: int = bounded(2048, ge=1)
@@ -97,7 +117,7 @@ class ModelConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Section):
     """Where the data lives and how captions, questions and regions are cut.
 
     Captioning reads ``karpathy``; VQA reads, for each split ``s`` of ``vqa_splits`` (train, val, test),
@@ -109,6 +129,8 @@ class DataConfig:
     decoded, checked regions of the images read so far are kept in memory up to this many MiB per loaded data set
     (and DataLoader worker) (:class:`~vlattn.data.features.cache.CachedStore`; 0 reads every time).
     """
+
+    KEY: typing.ClassVar[str] = "data"
 
     root: str = "data/synth"
     karpathy: str = "dataset.json"
@@ -139,9 +161,11 @@ class DataConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Section):
     """Optimisation, validation and logging for the XE and SCST stages. ``schedule``/``scst_schedule`` name
     a schedule of ``vlattn.training.schedules.SCHEDULES`` with its own options."""
+
+    KEY: typing.ClassVar[str] = "train"
 
     seed: int = 1234
     epochs: int = bounded(20, ge=0)
@@ -196,8 +220,10 @@ class TrainConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Section):
     """Decoding and scoring options on which the anchor implementations differ."""
+
+    KEY: typing.ClassVar[str] = "eval"
 
     beam_size: int = bounded(5, ge=1)
     max_len: int = bounded(20, ge=1)
@@ -219,7 +245,7 @@ class EvalConfig:
 
 
 @dataclass
-class Config:
+class Config(Section):
     """The whole run: the task (a name in ``vlattn.tasks.TASKS``: ``captioning``, ...), model, data, training,
     evaluation."""
 
@@ -231,11 +257,11 @@ class Config:
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path), checking
-    types, ``Literal`` choices and :func:`bounded` ranges, then the class's own ``check(where)`` if any."""
+    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path), then validate
+    it (:func:`validate_fields`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -243,18 +269,36 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"unknown config key {where + '.' if where else ''}{unknown[0]!s}; valid keys: {valid}")
     kwargs = {}
     for key, value in data.items():
-        hint = hints[key]
-        path = f"{where}.{key}" if where else key
-        if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, _over_default(fields[key], value), path)
-        else:
-            kwargs[key] = _coerce(hint, value, path)
-        if "bounds" in fields[key].metadata:
-            _check_bounds(kwargs[key], fields[key].metadata["bounds"], path)
+        hint, path = hints[key], f"{where}.{key}" if where else key
+        kwargs[key] = _build(hint, _over_default(fields[key], value), path) if dataclasses.is_dataclass(hint) else value
     built = cls(**kwargs)
-    if hasattr(built, "check"):
-        built.check(where)
+    if not isinstance(built, Section):  # a Section validated itself
+        validate_fields(built, where)
     return built
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def validate_fields(obj: Any, where: str) -> None:
+    """Check every field of dataclass instance ``obj`` (the config section or options at key ``where``): nested
+    sections and :class:`Spec` components are instances of their class, leaves match their type hints
+    (``Literal`` choices, ``Optional``; ints are promoted to floats in place), :func:`bounded` ranges hold; then
+    the class's own ``check(where)`` if any. Failures are a ``ConfigError`` naming the key."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint, value, path = hints[f.name], getattr(obj, f.name), f"{where}.{f.name}" if where else f.name
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, hint):
+                raise ConfigError(f"config key {path}: expected a {hint.__name__}, got {value!r}")
+        else:  # object.__setattr__: component options classes may be frozen
+            object.__setattr__(obj, f.name, _coerce(hint, value, path))
+        if "bounds" in f.metadata:
+            _check_bounds(getattr(obj, f.name), f.metadata["bounds"], path)
+    if hasattr(obj, "check"):
+        obj.check(where)
 
 
 def _over_default(section: dataclasses.Field, value: Any) -> Any:
