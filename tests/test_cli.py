@@ -211,7 +211,7 @@ def test_eval_reports_bias_metrics_with_a_lexicon(trained: tuple[Path, Path, Pat
 def test_config_list_and_show() -> None:
     """`vlattn config list` names every preset with its description; `vlattn config show NAME` prints the resolved
     config (base chain, overrides, defaults), which loads back to the same config."""
-    from vlattn import presets
+    from vlattn import shipped_presets as presets
     from vlattn.config import config_from_dict, load_config
 
     listed = runner.invoke(app, ["config", "list"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlattn import presets
+from vlattn import shipped_presets as presets
 from vlattn.config import (Config, DataConfig, EvalConfig, ModelConfig, Spec, TrainConfig, config_from_dict, config_to_dict,
                            load_config, merge_mappings, save_config)
 from vlattn.errors import ConfigError

@@ -180,7 +180,7 @@ def import_checkpoint(
 @config_app.command("list")
 def config_list() -> None:
     """The shipped presets, one per line: name and description."""
-    from vlattn.presets import describe
+    from vlattn.shipped_presets import describe
 
     described = describe()
     width = max(map(len, described))

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from vlattn import presets
+from vlattn import shipped_presets as presets
 from vlattn.errors import ConfigError
 
 T = TypeVar("T")

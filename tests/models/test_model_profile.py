@@ -9,7 +9,7 @@ from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 from torch import nn
 
 from vlattn.attention.sla import GridPositionalBias
-from vlattn import presets
+from vlattn import shipped_presets as presets
 from vlattn.config import load_config, resolve_config_dict
 from vlattn.errors import ConfigError
 from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency

@@ -1,4 +1,5 @@
-"""The shipped presets: YAML configs installed with the package (``vlattn/presets/NAME.yaml``).
+"""The shipped presets: YAML configs installed with the package as data (``vlattn/presets/NAME.yaml``; the folder
+is not a Python package, ``vlattn.presets`` is the public function listing them).
 
 A preset is addressed by its name wherever a config file is accepted (``vlattn train --config m2``,
 ``vlattn.load_config("m2")``). Each file carries a one-line ``description`` and may build on another preset with
@@ -16,7 +17,7 @@ SUFFIX = ".yaml"
 
 
 def _files() -> dict[str, resources.abc.Traversable]:
-    root = resources.files(__name__)
+    root = resources.files("vlattn").joinpath("presets")
     return {entry.name[: -len(SUFFIX)]: entry for entry in root.iterdir() if entry.name.endswith(SUFFIX)}
 
 
