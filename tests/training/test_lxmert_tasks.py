@@ -1,5 +1,5 @@
 """LXMERT's three fine-tuning tasks end to end on the synthetic set written by `vlattn data synth` (VQA v2,
-GQA and NLVR2 layouts and a WordPiece vocab.txt), each from its preset (configs/{vqa,gqa,nlvr2}-lxmert.yaml)
+GQA and NLVR2 layouts and a WordPiece vocab.txt), each from its preset (vqa-lxmert, gqa-lxmert, nlvr2-lxmert)
 with a tiny model: `vlattn train` (the warm-up-linear schedule over the run's steps), `vlattn eval` (the
 task's predictions file and metrics recomputed here from it)."""
 
@@ -33,7 +33,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def train_and_eval(preset: str, synth: Path, run: Path, *extra: str) -> dict:
-    result = runner.invoke(app, ["train", "--config", f"configs/{preset}", "--out", str(run), "--device", "cpu",
+    result = runner.invoke(app, ["train", "--config", preset, "--out", str(run), "--device", "cpu",
                                  "--set", f"data.root={synth}", *TINY, *extra])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -64,7 +64,7 @@ def test_synthetic_set_has_the_lxmert_layouts(synth: Path) -> None:
 
 
 def test_vqa_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
-    report = train_and_eval("vqa-lxmert.yaml", synth, tmp_path / "vqa", "--set", "data.questions=vqa/questions_{split}.json",
+    report = train_and_eval("vqa-lxmert", synth, tmp_path / "vqa", "--set", "data.questions=vqa/questions_{split}.json",
                             "--set", "data.annotations=vqa/annotations_{split}.json",
                             "--set", "data.vqa_splits={train: [train], val: [val], test: [test]}",
                             "--set", "data.answer_min_count=1")
@@ -75,7 +75,7 @@ def test_vqa_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
 
 
 def test_gqa_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
-    report = train_and_eval("gqa-lxmert.yaml", synth, tmp_path / "gqa", "--set", "data.questions=gqa/{split}_balanced_questions.json",
+    report = train_and_eval("gqa-lxmert", synth, tmp_path / "gqa", "--set", "data.questions=gqa/{split}_balanced_questions.json",
                             "--set", "data.vqa_splits={train: [train], val: [val], test: [test]}")
     assert report["task"] == "vqa" and report["format"] == "gqa"
     assert set(report["perAnswerType"]) == {"verify", "query"}  # structural types
@@ -89,7 +89,7 @@ def test_gqa_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
 
 
 def test_nlvr2_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
-    report = train_and_eval("nlvr2-lxmert.yaml", synth, tmp_path / "nlvr2", "--set", "data.questions=nlvr2/{split}.json",
+    report = train_and_eval("nlvr2-lxmert", synth, tmp_path / "nlvr2", "--set", "data.questions=nlvr2/{split}.json",
                             "--set", "data.vqa_splits={train: [train], val: [val], test: [test]}")
     assert report["task"] == "nlvr2"
     with open(report["results"], newline="") as handle:
@@ -113,7 +113,7 @@ def test_nlvr2_metrics_hand_computed() -> None:
 
 
 def test_nlvr2_profile_reports_the_pair_model(synth: Path) -> None:
-    result = runner.invoke(app, ["profile", "--config", "configs/nlvr2-lxmert.yaml", *TINY, "--regions", "5",
+    result = runner.invoke(app, ["profile", "--config", "nlvr2-lxmert", *TINY, "--regions", "5",
                                  "--length", "6", "--vocab-size", "40", "--batch", "2", "--repeats", "1", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
