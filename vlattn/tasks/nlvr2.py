@@ -43,7 +43,7 @@ from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_weights
 from vlattn.training.distributed import pick_device
-from vlattn.training.loop import Batch, Objective, Validator
+from vlattn.training.loop import Batch, Validator
 from vlattn.training.prepare import PrepareResources
 from vlattn.training.stage import Stage
 
