@@ -177,7 +177,7 @@ def test_options_and_kind_errors() -> None:
         config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
     with pytest.raises(ConfigError, match=r"model\.options\.flat_glimpses: must be >= 1"):
         config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
-    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, m2, mcan, mcan_catt, transformer"):
+    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, lxmert, m2, mcan, mcan_catt, transformer"):
         config_from_dict({"task": "vqa", "model": {"kind": "nope"}})
 
 
