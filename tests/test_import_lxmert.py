@@ -14,8 +14,9 @@ import torch
 from transformers import LxmertConfig, LxmertForQuestionAnswering
 from typer.testing import CliRunner
 
+import vlattn
 from vlattn.cli import app
-from vlattn.data.vqa import collate_vqa
+from vlattn.data.vqa import collate_vqa, load_questions
 from vlattn.errors import DataError
 from vlattn.importers import import_checkpoint
 from vlattn.tasks.vqa import checkpoint_vocabularies, load_model, load_vqa_data
@@ -90,6 +91,14 @@ def test_transformers_directory_imports_and_answers_identically(tmp_path: Path, 
     answered = {row["question_id"]: row["answer"] for row in json.loads(results.read_text())}
     best = {int(q): ANSWERS[int(i)] for q, i in zip(batch["question_ids"], expected.argmax(1))}
     assert answered == best
+
+    # the Python front door answers the same (a question of the val split, its image read from the store)
+    answerer = vlattn.load(run, device="cpu")
+    assert answerer.reads_boxes  # LXMERT embeds every region's box
+    qid = int(batch["question_ids"][0])
+    question = next(q for q in load_questions(tiny_vqa / "vqa" / "questions_val.json") if q.question_id == qid)
+    top = answerer.answer(question.question, store=tiny_vqa / "features", ids=[question.image_id], top=1)
+    assert top[0][0].answer == best[qid]
 
 
 def test_released_parameter_names_import_to_the_same_model(tmp_path: Path, tiny_vqa: Path) -> None:

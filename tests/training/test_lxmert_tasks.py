@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import vlattn
 from vlattn.cli import app
 from vlattn.data.gqa import load_gqa_split
 from vlattn.data.nlvr2 import load_statements, nlvr2_metrics
 from vlattn.data.synth import generate
 from vlattn.data.wordpiece import WordPieceVocabulary
+from vlattn.errors import ConfigError
 
 runner = CliRunner()
 TINY = ["--set", "model.feature_dim=8", "--set", "model.d_model=16", "--set", "model.num_heads=2",
@@ -99,6 +101,8 @@ def test_nlvr2_fine_tuning_runs_end_to_end(synth: Path, tmp_path: Path) -> None:
     expected = nlvr2_metrics(predicted, statements)
     assert report["accuracy"] == pytest.approx(expected["accuracy"]) and report["consistency"] == pytest.approx(expected["consistency"])
     assert report["consistency"] <= report["accuracy"]
+    with pytest.raises(ConfigError, match="a nlvr2 checkpoint; vlattn.load serves captioning, vqa models"):
+        vlattn.load(tmp_path / "nlvr2")
 
 
 def test_nlvr2_metrics_hand_computed() -> None:

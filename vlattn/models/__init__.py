@@ -50,6 +50,7 @@ class ModelKind:
     task: str
     build: Callable[..., nn.Module]
     also: tuple[str, ...] = ()  # further tasks whose models it builds with the same builder
+    boxes: bool = False  # its models always read the region boxes (LXMERT's region embedding)
 
     def serves(self, task: str) -> bool:
         return task == self.task or task in self.also
@@ -63,7 +64,7 @@ MODELS: dict[str, ModelKind] = {
     "twin_stream": ModelKind("vqa", build_twin_stream),
     "catt": ModelKind("captioning", build_catt),
     "mcan_catt": ModelKind("vqa", build_mcan_catt),
-    "lxmert": ModelKind("vqa", build_lxmert, also=("nlvr2",)),  # VQA v2 and GQA are both task vqa
+    "lxmert": ModelKind("vqa", build_lxmert, also=("nlvr2",), boxes=True),  # VQA v2 and GQA are both task vqa
 }
 
 

@@ -97,6 +97,9 @@ def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | 
     predictor: a :class:`Captioner` or an :class:`Answerer`."""
     loaded = load_checkpoint(checkpoint)
     task_of(loaded.config.task)
+    if loaded.config.task not in PREDICTORS:
+        raise ConfigError(f"{loaded.path}: a {loaded.config.task} checkpoint; vlattn.load serves "
+                          f"{', '.join(PREDICTORS)} models (vlattn eval evaluates this one)")
     return PREDICTORS[loaded.config.task].from_checkpoint(loaded, pick_device(device))
 
 
