@@ -125,3 +125,11 @@ def test_nlvr2_profile_reports_the_pair_model(synth: Path) -> None:
     assert report["shapes"]["images"] == 2
     assert report["parameters"]["head"] == (2 * d * 2 * d + 2 * d) + 2 * (2 * d) + (2 * d * 2 + 2) == 1186
     assert report["backbone"]["madds_per_sample"] > 0 and report["flops"]["judge_batch"] > 0
+
+
+def test_create_model_from_the_nlvr2_preset() -> None:
+    model = vlattn.create_model("nlvr2-lxmert", vocab_size=40, d_model=16, num_heads=2, d_ff=32, encoder_layers=1,
+                                decoder_layers=1)
+    assert model.images == 2 and model.head[-1].out_features == 2 and model.encoder.words.word.num_embeddings == 40
+    with pytest.raises(ConfigError, match="num_answers: an NLVR2 model has 2 outputs"):
+        vlattn.create_model("nlvr2-lxmert", vocab_size=40, num_answers=5)

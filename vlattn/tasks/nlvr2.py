@@ -165,6 +165,12 @@ class NaturalLanguageVisualReasoning:
     # LXMERT: 36 regions per image, 20 WordPiece ids, BERT's 30,522-entry vocabulary
     profile_shapes = ProfileShapes(length=20, vocab_size=30522, answers=2, default_regions=36)
 
+    def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module:
+        """A new pair model over ``vocab_size`` WordPiece entries (two outputs: false, true)."""
+        if num_answers not in (None, len(LABELS)):
+            raise ConfigError(f"num_answers: an NLVR2 model has {len(LABELS)} outputs (false, true), got {num_answers}")
+        return build_model(cfg, vocab_size)
+
     def check(self, cfg: Config) -> None:
         """The model serves NLVR2 with two images per statement and reads the configured question tokens."""
         with torch.device("meta"), without_initialisation():
