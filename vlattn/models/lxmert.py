@@ -155,15 +155,15 @@ class CrossModalityLayer(nn.Module):
         super().__init__()
         self.cross_attn = cross_attn
         self.cross_norm = cross_norm
-        if visual_cross is not None:
-            self.visual_cross_attn, self.visual_cross_norm = visual_cross
+        self.visual_cross_attn, self.visual_cross_norm = visual_cross if visual_cross is not None else (None, None)
         self.language = language
         self.vision = vision
 
     def forward(self, words: Tensor, regions: Tensor, m: StreamMasks) -> tuple[Tensor, Tensor]:
         """``words`` (B, L, d), ``regions`` (B, N, d) -> both updated."""
-        attn, norm = (self.cross_attn, self.cross_norm)
-        v_attn, v_norm = (getattr(self, "visual_cross_attn", attn), getattr(self, "visual_cross_norm", norm))
+        attn, norm = self.cross_attn, self.cross_norm
+        shared = self.visual_cross_attn is None
+        v_attn, v_norm = (attn, norm) if shared else (self.visual_cross_attn, self.visual_cross_norm)
         crossed_words = norm(words, attn(words, regions, regions, mask=m.region_keys, context=m.words_to_regions).out)
         crossed_regions = v_norm(regions, v_attn(regions, words, words, mask=m.word_keys,
                                                  context=m.regions_to_words).out)
