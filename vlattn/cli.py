@@ -76,6 +76,18 @@ def train(
     typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
+@app.command()
+def plot(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),
+) -> None:
+    """Training curves of one or more runs: loss and learning rate per step, each validation metric per epoch,
+    the runs overlaid (matplotlib: the viz extra)."""
+    from vlattn.viz.curves import write_plot
+
+    typer.echo(f"wrote {write_plot(runs, out)}")
+
+
 @app.command("eval")
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
