@@ -77,6 +77,22 @@ def train(
 
 
 @app.command()
+def explain(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="Run directory or checkpoint."),
+    image_id: int = typer.Option(..., "--image-id", help="Image id in the run's feature store."),
+    out: Path = typer.Option(..., "--out", "-o", help="New directory for index.html and its PNGs."),
+    question: Optional[str] = typer.Option(None, help="The question (VQA checkpoints)."),
+    image: Optional[Path] = typer.Option(None, help="The picture to draw the boxes on (default: the data set's)."),
+    device: str = DEVICE,
+) -> None:
+    """What the model attends to for one image: the caption (or answer) and, per word, the attention over the
+    regions and each mechanism's own view, as OUT/index.html (opens from disk; matplotlib: the viz extra)."""
+    from vlattn.viz.explain import explain as run
+
+    typer.echo(f"wrote {run(checkpoint, image_id, out, question=question, image=image, device=device)}")
+
+
+@app.command()
 def plot(
     runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
     out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),

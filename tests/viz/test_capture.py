@@ -126,3 +126,16 @@ def test_mechanism_extras_are_recorded() -> None:
         greedy_decode(gsa, inputs, bos=BOS, eos=EOS, max_len=2)
     geometry = recorder.of("geometry")
     assert geometry and geometry[0].value.shape == (1, 2, 6, 6)
+
+
+def test_calls_are_grouped_by_decoding_step() -> None:
+    torch.manual_seed(0)
+    model = build_captioner(tiny_model_config("transformer"), VOCAB, pad_id=PAD).eval()
+    with AttentionRecorder(model) as recorder:
+        tokens = greedy_decode(model, model_inputs(tiny_inputs(batch=1, regions=6)), bos=BOS, eos=EOS, max_len=4)
+    assert len(recorder.steps) == tokens.shape[1]
+    for index in range(len(recorder.steps)):
+        sites = [c.site for c in recorder.step_calls(index)]
+        # each step: both decoder layers' self- and cross-attention, once each
+        assert sorted(sites) == sorted(f"decoder.layers.{i}.{s}" for i in (0, 1) for s in ("self_attn", "cross.attention"))
+    assert "step" not in vars(model)

@@ -60,15 +60,32 @@ class AttentionRecorder:
 
     model: nn.Module
     calls: list[Call] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)  # len(calls) when each decoding step of the model began
     _patched: list[tuple[nn.Module, str]] = field(default_factory=list)
 
     def __enter__(self) -> AttentionRecorder:
+        if callable(getattr(self.model, "step", None)):
+            self._patch(self.model, "step", self._mark_step(self.model.step))
         for name, module in self.model.named_modules():
             for attribute, make in ((a, t) for cls, a, t in TAPS if isinstance(module, cls)):
-                original = getattr(module, attribute)
-                setattr(module, attribute, make(self, name, original))
-                self._patched.append((module, attribute))
+                self._patch(module, attribute, make(self, name, getattr(module, attribute)))
         return self
+
+    def _patch(self, module: nn.Module, attribute: str, replacement: Callable[..., Any]) -> None:
+        setattr(module, attribute, replacement)
+        self._patched.append((module, attribute))
+
+    def _mark_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            self.steps.append(len(self.calls))
+            return step(*args, **kwargs)
+        return marked
+
+    def step_calls(self, index: int) -> list[Call]:
+        """The calls made during decoding step ``index`` (a captioner's ``step``)."""
+        end = self.steps[index + 1] if index + 1 < len(self.steps) else len(self.calls)
+        return self.calls[self.steps[index]:end]
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         for module, attribute in reversed(self._patched):

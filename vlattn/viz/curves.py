@@ -18,6 +18,7 @@ from pathlib import Path
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_path, atomic_write_text
 from vlattn.training.logging import LOG_FILE, read_records
+from vlattn.viz.figures import pyplot, to_png
 
 TRAIN_SERIES = ("loss", "lr")
 NOT_METRICS = {"kind", "step", "time", "epoch", "stage"}
@@ -70,7 +71,7 @@ def plot_curves(runs: Sequence[Path]) -> bytes:
     curves = [c for run in runs for c in read_curves(run)]
     metrics = sorted({name for c in curves for name in c.val})
     panels = [*(("train", name) for name in TRAIN_SERIES), *(("val", name) for name in metrics)]
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(3, len(panels))
     rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
@@ -91,7 +92,7 @@ def plot_curves(runs: Sequence[Path]) -> bytes:
                                ([], []))
     figure.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), frameon=False)
     figure.tight_layout(rect=(0, 0.06, 1, 1))
-    return _png(figure)
+    return to_png(figure)
 
 
 def write_plot(runs: Sequence[Path], out: Path) -> Path:
@@ -127,24 +128,3 @@ def curves_page(runs: Sequence[Path], image: str) -> str:
             f"<h1>Training curves</h1><img src='{html.escape(image)}' alt='training curves'>"
             f"<h2>Last validation</h2><table border='1' cellpadding='4'><tr><th>run</th>{head}</tr>{rows}</table>"
             f"</body></html>\n")
-
-
-def _pyplot():  # noqa: ANN202 (matplotlib's module)
-    """matplotlib.pyplot on the file-only Agg backend; a one-line error when the ``viz`` extra is missing."""
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise ConfigError("pictures need matplotlib: pip install 'vlattn[viz]'") from err
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(figure) -> bytes:  # noqa: ANN001
-    import io
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    _pyplot().close(figure)
-    return buffer.getvalue()
