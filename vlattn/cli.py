@@ -93,6 +93,25 @@ def explain(
 
 
 @app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their best checkpoints and eval outputs)."),
+    split: str = typer.Option("test", help="The evaluated split whose metrics are shown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write a bar chart (a new .png file)."),
+    repeats: int = typer.Option(3, min=1, max=100, help="Latency measurements (median)."),
+) -> None:
+    """The runs side by side: test metrics (from `vlattn eval`), parameters, backbone MAdds, inference FLOPs and
+    latency, measured alike for every run."""
+    from vlattn.viz.compare import chart, compare as measure, table
+    from vlattn.viz.figures import write_new_png
+
+    columns, rows = measure(runs, split, repeats)
+    typer.echo(table(columns, rows))
+    if out is not None:
+        write_new_png(out, chart(columns, rows))
+        typer.echo(f"wrote {out}")
+
+
+@app.command()
 def plot(
     runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
     out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),

@@ -62,3 +62,25 @@ def test_refusals_are_one_line(tmp_path: Path, vlattn_cli) -> None:
         read_curves(tmp_path)
     with pytest.raises(ConfigError, match="expected a .png or .html file"):
         write_plot([run], tmp_path / "curves.svg")
+
+
+def test_compare_measures_every_run_alike(tiny_run: Path, tmp_path: Path, vlattn_cli) -> None:
+    """Two runs (the same tiny run twice under two names): test metrics from their eval outputs, parameters and
+    the decoding step's FLOPs from the profile — equal for equal models — and a chart as a new PNG."""
+    import shutil
+
+    from vlattn.viz.compare import compare
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(tiny_run, first)
+    shutil.copytree(tiny_run, second)
+    (first / "eval").mkdir(exist_ok=True)
+    (first / "eval" / "test_metrics.json").write_text(json.dumps({"scores": {"CIDEr": 0.5, "Bleu_4": 0.25}}))
+    columns, rows = compare([first, second], repeats=1)
+    assert rows["first"]["CIDEr"] == 0.5 and "CIDEr" not in rows["second"]  # the second was never evaluated
+    assert rows["first"]["parameters"] == rows["second"]["parameters"] > 0
+    assert rows["first"]["decode_step GFLOPs"] == rows["second"]["decode_step GFLOPs"] > 0
+    code, out, err = vlattn_cli("compare", str(first), str(second), "--repeats", "1", "--out", str(tmp_path / "c.png"))
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("| run | CIDEr | Bleu_4 | parameters")
+    assert Image.open(tmp_path / "c.png").format == "PNG"

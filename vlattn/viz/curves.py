@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import atomic_path, atomic_write_text
+from vlattn.io import atomic_write_text
 from vlattn.training.logging import LOG_FILE, read_records
-from vlattn.viz.figures import pyplot, to_png
+from vlattn.viz.figures import pyplot, refuse_existing, to_png, write_new_png
 
 TRAIN_SERIES = ("loss", "lr")
 NOT_METRICS = {"kind", "step", "time", "epoch", "stage"}
@@ -102,12 +102,8 @@ def write_plot(runs: Sequence[Path], out: Path) -> Path:
     if suffix not in (".png", ".html"):
         raise ConfigError(f"--out {out}: expected a .png or .html file")
     targets = [out] if suffix == ".png" else [out.with_suffix(".png"), out]
-    existing = [str(t) for t in targets if t.exists() or t.is_symlink()]
-    if existing:  # never replace a file vlattn cannot prove it wrote
-        raise DataError(f"will not replace {', '.join(existing)}: choose another --out or remove it")
-    png = plot_curves(runs)
-    with atomic_path(targets[0]) as tmp:
-        tmp.write_bytes(png)
+    refuse_existing(*targets)
+    write_new_png(targets[0], plot_curves(runs))
     if suffix == ".html":
         atomic_write_text(out, curves_page(runs, targets[0].name))
     return out

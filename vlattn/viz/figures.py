@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from vlattn.errors import ConfigError
+from vlattn.errors import ConfigError, DataError
+from vlattn.io import atomic_path
 
 
 def pyplot():  # noqa: ANN201 (matplotlib's module)
@@ -116,6 +118,22 @@ def bars(values: np.ndarray, labels: Sequence[str], title: str, ylabel: str = ""
     axis.set_ylabel(ylabel)
     figure.tight_layout()
     return to_png(figure)
+
+
+def refuse_existing(*paths: Path) -> None:
+    """A one-line error when any of ``paths`` exists: pictures never replace a file vlattn cannot prove it wrote."""
+    existing = [str(p) for p in paths if p.exists() or p.is_symlink()]
+    if existing:
+        raise DataError(f"will not replace {', '.join(existing)}: choose another --out or remove it")
+
+
+def write_new_png(path: Path, png: bytes) -> None:
+    """Write ``png`` to a new file ``path`` (atomically); an existing file is refused."""
+    if path.suffix.lower() != ".png":
+        raise ConfigError(f"--out {path}: expected a .png file")
+    refuse_existing(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(png)
 
 
 def is_png(data: bytes) -> bool:
