@@ -59,6 +59,7 @@ def generate(
         scenes.json                       options, extractor report, objects and regions per image
         features/                         memmap store: one D-dim vector per detection box
         grid_features/                    memmap store of the grid x grid cells (only if grid > 0)
+        extractor.safetensors             the region CNN (``vlattn features extract --extractor synth``)
         vqa/questions_<split>.json, vqa/annotations_<split>.json   VQA v2 layout
         images/synth_<id>.png             the rendered images (image_size x image_size RGB)
         confound.json                     options and realised co-occurrence (only if confounded)
