@@ -94,26 +94,32 @@ def evaluate(
     typer.echo(json.dumps(report) if as_json else format_report(report))
 
 
-@app.command()
-def caption(
-    checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory."),
-    features: Path = typer.Option(..., help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, self-critical dirs, TSV, LMDB."),
-    ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
-    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
-    device: str = DEVICE,
-    packed_output: Optional[bool] = PACKED_OUTPUT,
-) -> None:
-    """Caption images from a feature store; prints COCO results JSON ([{image_id, caption}])."""
-    from vlattn.tasks.captioning import caption as run_caption
-
-    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
-                                       packed_output=packed_output)))
-
-
 EXTRACTOR = typer.Option(None, "--extractor", help="The extractor the run was trained with (checked; default: the "
                          "one its feature store recorded).")
 EXTRACTOR_WEIGHTS = typer.Option(None, "--weights", help="The extractor's weights when they are not where the run's "
                                  "store recorded them (their SHA-256 is checked).")
+
+
+@app.command()
+def caption(
+    checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory."),
+    features: Optional[Path] = typer.Option(None, help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, "
+                                            "self-critical dirs, TSV, LMDB."),
+    images: Optional[List[Path]] = typer.Option(None, "--images", help="Image files to caption instead (repeatable): "
+                                                "features made on the fly with the run's extractor."),
+    ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
+    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
+    device: str = DEVICE,
+    packed_output: Optional[bool] = PACKED_OUTPUT,
+) -> None:
+    """Caption images from a feature store or image files; prints COCO results JSON ([{image_id, caption}])."""
+    from vlattn.tasks.captioning import caption as run_caption
+
+    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
+                                       packed_output=packed_output, images=images or None, extractor=extractor,
+                                       weights=weights)))
 
 
 @features_app.command("extract")
@@ -193,17 +199,22 @@ def profile(
 @app.command()
 def answer(
     checkpoint: Path = typer.Option(..., help="VQA checkpoint directory or run directory (uses its best checkpoint)."),
-    features: Path = typer.Option(..., help="Feature store holding the image (any layout vlattn reads)."),
-    image_id: int = typer.Option(..., "--image-id", help="Image id in the feature store."),
+    features: Optional[Path] = typer.Option(None, help="Feature store holding the image (any layout vlattn reads)."),
+    image_id: Optional[int] = typer.Option(None, "--image-id", help="Image id in the feature store."),
+    image: Optional[Path] = typer.Option(None, "--image", help="An image file instead of --features/--image-id: "
+                                         "features made on the fly with the run's extractor."),
     question: str = typer.Option(..., help="The question, e.g. \"What color is the cube?\"."),
     top: int = typer.Option(5, help="Number of answers to list."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
 ) -> None:
     """Answer a question about one image: the top candidate answers with their scores (sigmoid, 0-1)."""
     from vlattn.tasks.vqa import answer as run_answer, format_answers
 
-    result = run_answer(checkpoint, features, image_id, question, top=top, device=device)
+    result = run_answer(checkpoint, features, image_id, question, top=top, device=device, image=image,
+                        extractor=extractor, weights=weights)
     typer.echo(json.dumps(result) if as_json else format_answers(result))
 
 

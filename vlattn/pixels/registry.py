@@ -78,11 +78,12 @@ def extractor_from_record(record: Mapping[str, Any], device: torch.device, *, we
     return extractor
 
 
-def check_request(record: Mapping[str, Any], name: str | None, dim: int) -> None:
-    """Refuse an ``--extractor`` other than the recorded one and a record whose feature size is not ``dim``."""
+def check_request(record: Mapping[str, Any], name: str | None, dim: Any) -> None:
+    """Refuse an ``--extractor`` other than the recorded one, and an extractor making ``dim``-d features when the
+    record (and so the model) has another size."""
     if name is not None and name != record.get("name"):
         raise ConfigError(f"--extractor {name}: the run was trained on {record.get('name')!r} features; "
                           f"extract with {record.get('name')!r} (or train on {name!r} features)")
     if record.get("dim") != dim:
-        raise ConfigError(f"the run's model reads {dim}-d features, but its extractor {record.get('name')!r} makes "
-                          f"{record.get('dim')}-d ones")
+        raise ConfigError(f"the extractor makes {dim}-d features, but the run's model reads {record.get('dim')}-d "
+                          f"features of {record.get('name')!r}")

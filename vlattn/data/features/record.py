@@ -41,8 +41,16 @@ def encode_record(record: Record) -> str:
 
 
 def store_extractor(path: str | Path) -> dict[str, Any] | None:
-    """The extractor record of the store at ``path``, or None when it has none."""
-    path = Path(path)
+    """The extractor record of the store at ``path``, or None when it has none; a weights file recorded relative to
+    the store (the synthetic set's) is returned as an absolute path."""
+    record = _read_record(Path(path))
+    weights = record["weights"] if record is not None else {}
+    if weights.get("source") == "file" and not Path(str(weights.get("path"))).is_absolute():
+        record["weights"] = {**weights, "path": str((Path(path) / str(weights["path"])).resolve())}
+    return record
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
     if path.is_dir():
         meta = path / "meta.json"
         if meta.is_file():
