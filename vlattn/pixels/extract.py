@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +161,7 @@ def extract_images(
 
     def new_items() -> Iterator[Item]:
         try:
-            for group in _batches(_decoded(todo, extractor.max_side, workers), batch, report, strict, bar.write):
+            for group in _batches(_decoded(todo, extractor.max_side, workers), batch, report, strict, _warn):
                 for (image_id, _), regions in zip(group, extractor([image for _, image in group])):
                     yield image_id, regions
                 report.extracted += len(group)
@@ -177,6 +178,11 @@ def extract_images(
         written = FORMATS[format](out, items(), overwrite=old is not None, extractor=record, **_dim(format, extractor))
     report.images = written
     return report
+
+
+def _warn(line: str) -> None:
+    """A line on stderr that does not break the progress bar."""
+    tqdm.write(line, file=sys.stderr)
 
 
 def _dim(format: str, extractor: Extractor) -> dict[str, int]:
