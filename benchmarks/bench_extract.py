@@ -15,6 +15,7 @@ Writes the section "## Feature extraction from images" of benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -116,6 +117,11 @@ def main() -> None:
         *rows,
         "",
         "All passes (images/s): " + "; ".join(notes) + ".",
+        "",
+        "Load average at the end of the run (1/5/15 min): " + " / ".join(f"{v:.1f}" for v in os.getloadavg())
+        + ". Above 2 the two cores were shared with other jobs, and 2 threads (plus 2 decoding threads) then compete "
+        "with them and each other: compare threads only on an idle machine. The random detector scores every box "
+        "about 1/91, under the 0.2 threshold, so `regions` keeps its 10 `min_boxes` per image.",
     ])
     publish(HEADING, body, args)
 

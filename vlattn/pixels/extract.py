@@ -82,34 +82,29 @@ def _kept_items(store: FeatureStore) -> Iterator[Item]:
         yield image_id, regions if found is None else dataclasses.replace(regions, classes=found[0], scores=found[1])
 
 
+def _attempt(path: Path, max_side: int) -> LoadedImage | ImageFailure:
+    """The image in ``path``, or why it cannot be read."""
+    try:
+        return load_image(path, max_side=max_side)
+    except ImageFailure as failure:
+        return failure
+
+
 def _decoded(files: Sequence[tuple[int, Path]], max_side: int, workers: int,
              ) -> Iterator[tuple[int, Path, LoadedImage | ImageFailure]]:
-    """Each file decoded, in order; with ``workers`` > 0 that many threads decode ahead (a bounded window)."""
+    """Each file decoded, in order; with ``workers`` > 0 that many threads decode ahead (at most ``2 * workers``
+    images in flight, so memory stays bounded)."""
     if workers <= 0:
         for image_id, path in files:
-            try:
-                yield image_id, path, load_image(path, max_side=max_side)
-            except ImageFailure as failure:
-                yield image_id, path, failure
+            yield image_id, path, _attempt(path, max_side)
         return
-
-    def load(path: Path) -> LoadedImage | ImageFailure:
-        try:
-            return load_image(path, max_side=max_side)
-        except ImageFailure as failure:
-            return failure
-
     with ThreadPoolExecutor(workers) as pool:
         window: collections.deque[tuple[int, Path, Future]] = collections.deque()
-        pending = iter(files)
-        for image_id, path in pending:
-            window.append((image_id, path, pool.submit(load, path)))
-            if len(window) >= 2 * workers:
+        for k, (image_id, path) in enumerate(files):
+            window.append((image_id, path, pool.submit(_attempt, path, max_side)))
+            while window and (len(window) >= 2 * workers or k == len(files) - 1):
                 first_id, first_path, future = window.popleft()
                 yield first_id, first_path, future.result()
-        while window:
-            first_id, first_path, future = window.popleft()
-            yield first_id, first_path, future.result()
 
 
 def _batches(decoded: Iterator[tuple[int, Path, LoadedImage | ImageFailure]], batch: int, report: ExtractReport,

@@ -123,9 +123,10 @@ def load_image(path: str | Path, *, max_side: int = DEFAULT_MAX_SIDE,
         raise ImageFailure(path, failure.reason) from None
     except Image.DecompressionBombError as err:
         raise ImageFailure(path, f"refused by Pillow's decompression-bomb guard: {err}") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as err:
-        reason = "not an image Pillow can read" if isinstance(err, UnidentifiedImageError) else f"cannot decode: {err}"
-        raise ImageFailure(path, reason) from None
+    except UnidentifiedImageError:
+        raise ImageFailure(path, "not an image Pillow can read") from None
+    except Exception as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error, ...)
+        raise ImageFailure(path, f"cannot decode: {' '.join(str(err).split()) or type(err).__name__}") from None
 
 
 def _decode(image: Image.Image, max_side: int, max_pixels: int) -> LoadedImage:
