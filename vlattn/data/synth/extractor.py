@@ -10,6 +10,7 @@ object's apparent size is kept (size is learnable); it is resized to ``PATCH`` p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,25 +141,28 @@ def head_accuracy(model: RegionCNN, features: np.ndarray, labels: dict[str, np.n
 
 
 WEIGHTS_FILE = "extractor.safetensors"  # the trained RegionCNN in a generated data set
+_SIZES = "vlattn.synth_extractor"  # its metadata: JSON {feature_dim, image_size}
 
 
 def save_extractor(model: RegionCNN, path: Path, image_size: int) -> None:
     """Write ``model``'s weights to ``path`` (safetensors) with the feature dimension and the image size it reads
     in the file's metadata."""
-    metadata = {"feature_dim": str(model.heads["shape"].in_features), "image_size": str(image_size)}
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata=metadata)
+    # one metadata key: safetensors writes a metadata map in no fixed order, and the data set must be byte-identical
+    # for a given seed
+    sizes = json.dumps({"feature_dim": model.heads["shape"].in_features, "image_size": image_size}, sort_keys=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata={_SIZES: sizes})
 
 
 def load_extractor(path: Path) -> tuple[RegionCNN, int]:
     """The :class:`RegionCNN` saved at ``path`` (in eval mode) and the image size it reads."""
     try:
         with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
+            sizes = json.loads((handle.metadata() or {})[_SIZES])
             state = {name: handle.get_tensor(name) for name in handle.keys()}
-        model = RegionCNN(int(metadata["feature_dim"]))
+        model = RegionCNN(int(sizes["feature_dim"]))
         model.load_state_dict(state)
-        return model.eval(), int(metadata["image_size"])
-    except (KeyError, ValueError) as err:
+        return model.eval(), int(sizes["image_size"])
+    except (KeyError, ValueError, TypeError) as err:
         raise DataError(f"not a synthetic-set extractor ({WEIGHTS_FILE}): {err}", path=path) from None
     except (SafetensorError, OSError, RuntimeError) as err:
         raise DataError(f"cannot read the extractor weights: {' '.join(str(err).split())}", path=path) from None
