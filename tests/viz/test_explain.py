@@ -93,3 +93,29 @@ def test_refusals(synth: Path, tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     with pytest.raises(DataError, match="explain writes a new directory"):
         explain(path, 21, tmp_path / "taken")
+
+
+@pytest.mark.slow
+def test_the_page_renders_in_a_headless_browser(synth: Path, tmp_path: Path) -> None:
+    """The page opened from disk by headless Chromium (Debian's `chromium`; skipped where it is not installed)
+    shows the pictures: the screenshot is not one flat colour."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no headless Chromium installed (apt-get install chromium)")
+    page = explain(checkpoint(synth, tmp_path, "demo", []), 21, tmp_path / "explain")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
+    assert pixels.std() > 10  # text and pictures, not a blank page
+    assert (pixels < 128).mean() > 0.01  # some dark content (text, boxes, image)
