@@ -200,6 +200,15 @@ def explain_answer(page: Page, predictor: Answerer, store, image_id: int, questi
         else:
             page.add("Attention reduction over the question words", call.site, "reduction-words.png",
                      figures.bars(weights[: len(words)], words[: len(weights)], "weight"))
+    for call in recorder.of("units"):  # the twin-stream model's streams: every unit's map
+        maps = call.value[:, 0, 0, -1].numpy()  # (T, K)
+        units = [f"unit {t + 1}" for t in range(maps.shape[0])]
+        if maps.shape[-1] == regions:
+            page.add(f"Stacked attention over the regions: {call.site}", "", f"units-{call.site}.png",
+                     figures.overlay_grid(canvas, boxes, maps[None], [call.site], units))
+        else:
+            page.add(f"Stacked attention over the question: {call.site}", "", f"units-{call.site}.png",
+                     figures.heatmap(maps[:, : len(words)], units, words[: maps.shape[-1]], "units x words"))
     guided = [c for c in recorder.of("attention") if c.value.shape[-2] == regions and c.value.shape[-1] != regions]
     if guided:
         matrix = guided[-1].value[0].mean(0).numpy()[:, : len(words)]  # (N regions, words)
