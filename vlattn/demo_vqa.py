@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/demo-vqa"))
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "vqa-demo.yaml")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default).")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="Override a config key (repeatable), e.g. --set train.seed=7.")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"[demo-vqa] generating the synthetic data set in {args.data}", flush=True)
             generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
-        cfg = load_config(args.config, [f"data.root={args.data}"])
+        cfg = load_config(args.config, [f"data.root={args.data}", *args.overrides])
         resume = (args.out / "checkpoints" / "last").exists()
         print(f"[demo-vqa] {'continuing' if resume else 'training'} {cfg.model.kind} in {args.out}", flush=True)
         train(cfg, args.out, resume=resume, device="auto")
