@@ -1,0 +1,51 @@
+"""benchmarks/bench_variance.py: the job commands and environments, resuming (finished jobs are not run again) and
+the table's statistics against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(import_benchmark):
+    return import_benchmark("bench_variance")
+
+
+def test_kernel_environment(bench, monkeypatch) -> None:
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
+    assert "ATEN_CPU_CAPABILITY" not in bench.kernel_env("best")
+    assert bench.kernel_env("avx2")["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+def test_commands(bench, tmp_path) -> None:
+    xe = bench.command(bench.Job("demo-xe", "avx2", 7), tmp_path, ["train.epochs=2"])
+    assert xe[1:3] == ["-m", "vlattn.demo"] and "--no-scst" in xe
+    assert xe[-4:] == ["--set", "train.seed=7", "--set", "train.epochs=2"]
+    assert xe[xe.index("--out") + 1] == str(tmp_path / "runs" / "demo-xe-avx2-s7")
+    vqa = bench.command(bench.Job("demo-vqa", "best", 1), tmp_path, [])
+    assert vqa[1:3] == ["-m", "vlattn.demo_vqa"] and "--no-scst" not in vqa
+
+
+def test_a_finished_job_is_not_run_again(bench, tmp_path, monkeypatch) -> None:
+    job = bench.Job("demo", "best", 3)
+    done = {"job": job.name, "figures": {"XE CIDEr-D": 0.5}, "seconds": 1.0}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / f"{job.name}.json").write_text(json.dumps(done))
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was run again"))
+    assert bench.run_job(job, tmp_path, [], "AVX512") == done
+
+
+def test_table_statistics(bench) -> None:
+    results = {
+        bench.Job("demo-xe", "avx2", 1): {"figures": {"XE CIDEr-D": 1.0, "XE beam": 1}},
+        bench.Job("demo-xe", "avx2", 2): {"figures": {"XE CIDEr-D": 3.0, "XE beam": 3}},
+        bench.Job("demo-xe", "best", 1): {"figures": {"XE CIDEr-D": 2.0, "XE beam": 1}},
+    }
+    rows = bench.table(results, ["avx2", "best"], {"avx2": "AVX2", "best": "AVX512"})
+    # avx2: mean 2, sd sqrt(((1-2)^2 + (3-2)^2) / 1) = 1.414214; all three: mean 2, sd 1
+    assert "| demo-xe | XE CIDEr-D | avx2 (AVX2) | 2.0000 | 1.4142 | 1.0000 | 3.0000 | 2 |" in rows
+    assert "| demo-xe | XE CIDEr-D | best (AVX512) | 2.0000 | nan | 2.0000 | 2.0000 | 1 |" in rows
+    assert "| demo-xe | XE CIDEr-D | all | 2.0000 | 1.0000 | 1.0000 | 3.0000 | 3 |" in rows
+    assert any("XE beam 1, XE beam 3" in row for row in rows)
