@@ -179,7 +179,8 @@ def main() -> int:
     args = parser.parse_args()
     work = args.work.resolve()
     caps = {kernel: capability(kernel) for kernel in args.kernels}
-    jobs = [Job(p, k, s) for p in args.presets for s in args.seeds for k in args.kernels]
+    # seed by seed, so that a benchmark stopped early has the same seeds of every preset and kernel
+    jobs = [Job(p, k, s) for s in args.seeds for p in args.presets for k in args.kernels]
     results: dict[Job, dict] = {}
     for job in jobs:
         done = work / "results" / f"{job.name}.json"

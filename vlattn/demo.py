@@ -1,12 +1,13 @@
-"""``make demo``: synthetic data -> XE training -> SCST fine-tuning -> beam-search evaluation of both,
-beside the best single constant caption.
+"""``make demo``: synthetic data -> XE training -> SCST fine-tuning -> test evaluation of both (at the beam size
+the preset gives, ``auto``: chosen on validation), beside the best single constant caption.
 
 Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config configs/demo.yaml] [--no-scst]``.
 The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
 Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
 little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
-137 s instead of 129 s; benchmarks/RESULTS.md "Demo time"). The figures are deterministic for a seed and a thread
-count.
+137 s instead of 129 s; benchmarks/RESULTS.md "Demo time"). The figures are deterministic for a seed, a thread
+count and a CPU kernel path (``ATEN_CPU_CAPABILITY``); benchmarks/bench_variance.py measures how they spread over
+seeds and kernels. ``--set KEY=VALUE`` overrides the preset (e.g. ``--set train.seed=7``).
 """
 
 from __future__ import annotations
