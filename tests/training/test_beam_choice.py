@@ -8,10 +8,9 @@ import json
 
 import pytest
 import torch
-from torch import nn
+from registry_cases import MarkovModel
 
 from tests.training.conftest import make_tiny_data, tiny_config
-from vlattn.attention import reorder_state
 from vlattn.config import load_config
 from vlattn.errors import ConfigError, DataError
 from vlattn.tasks import EvalRequest, evaluate, format_report, train
@@ -21,26 +20,10 @@ from vlattn.tasks.captioning import load_caption_data, references_of, score_pred
 GOOD = "a red circle"  # a reference of a val image; the other captions below share no word with any val reference
 
 
-class MarkovCaptioner(nn.Module):
-    """p(next word | last word) from a fixed table over the data's vocabulary, the same for every image."""
-
-    def __init__(self, vocab, rows: dict[str, dict[str, float]]) -> None:
-        super().__init__()
-        ids = {"<bos>": vocab.BOS, "<eos>": vocab.EOS, "<unk>": vocab.UNK, **vocab.stoi}
-        table = torch.full((len(vocab), len(vocab)), 1e-9)
-        for last, probs in rows.items():
-            for word, p in probs.items():
-                table[ids[last], ids[word]] = p
-        self.log_table = (table / table.sum(-1, keepdim=True)).log()
-
-    def encode(self, inputs):
-        return {"image": torch.arange(inputs["features"].shape[0])}
-
-    def step(self, tokens, state):
-        return self.log_table[tokens[:, -1]], state
-
-    def reorder(self, state, index):
-        return reorder_state(state, index)
+def markov_captioner(vocab, rows: dict[str, dict[str, float]]) -> MarkovModel:
+    """A :class:`MarkovModel` over the data's vocabulary, its table given by words."""
+    ids = {"<bos>": vocab.BOS, "<eos>": vocab.EOS, "<unk>": vocab.UNK, **vocab.stoi}
+    return MarkovModel({ids[last]: {ids[w]: p for w, p in probs.items()} for last, probs in rows.items()}, len(vocab))
 
 
 # Greedy takes "star" (0.6) and ends "star <unk>" (0.24); every beam of 2+ keeps "a" and ends "a red circle" (0.4).
@@ -76,7 +59,7 @@ def test_constructed_captions_score_as_designed(tiny) -> None:
 
 def test_auto_picks_greedy_when_greedy_wins_on_validation(tiny) -> None:
     cfg, data = tiny
-    choice = validation_choice(MarkovCaptioner(data.vocab, GREEDY_WINS), cfg, data, torch.device("cpu"))
+    choice = validation_choice(markov_captioner(data.vocab, GREEDY_WINS), cfg, data, torch.device("cpu"))
     assert choice.beam_size == 1
     good, bad = constant_cider(data, GOOD), constant_cider(data, "star <unk>")
     assert choice.scores == pytest.approx({1: good, 2: bad, 3: bad})
@@ -85,7 +68,7 @@ def test_auto_picks_greedy_when_greedy_wins_on_validation(tiny) -> None:
 
 def test_auto_picks_a_beam_when_beam_wins_on_validation(tiny) -> None:
     cfg, data = tiny
-    choice = validation_choice(MarkovCaptioner(data.vocab, BEAM_WINS), cfg, data, torch.device("cpu"))
+    choice = validation_choice(markov_captioner(data.vocab, BEAM_WINS), cfg, data, torch.device("cpu"))
     good, bad = constant_cider(data, GOOD), constant_cider(data, "star <unk>")
     assert choice.scores == pytest.approx({1: bad, 2: good, 3: good})
     assert choice.beam_size == 2  # beams 2 and 3 tie: the cheaper one
