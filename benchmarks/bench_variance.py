@@ -167,6 +167,40 @@ def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) ->
     return rows
 
 
+def requirements(results: dict[Job, dict], floor: dict[str, float]) -> list[str]:
+    """The demos' targets over all runs (every seed and kernel): XE test CIDEr-D sd <= 0.05 and min >= 2x the
+    constant caption, SCST min >= 3x; VQA min >= the majority answers + 25 points overall and above them in every
+    answer type."""
+    def values(preset: str, figure: str) -> list[float]:
+        return [r["figures"][figure] for job, r in results.items() if job.preset == preset and figure in r["figures"]]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    lines = []
+    constant = floor.get("constant caption CIDEr-D")
+    for preset in ("demo", "demo-xe"):
+        xe, scst = values(preset, "XE CIDEr-D"), values(preset, "SCST CIDEr-D")
+        if xe and constant:
+            sd = statistics.stdev(xe) if len(xe) > 1 else float("nan")
+            lines.append(f"- {preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
+                         f"{min(xe) / constant:.2f}x the constant caption (>= 2x: {verdict(min(xe) >= 2 * constant)})")
+        if scst and constant:
+            lines.append(f"- {preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
+                         f"(>= 3x: {verdict(min(scst) >= 3 * constant)})")
+    overall = values("demo-vqa", "overall")
+    if overall and "majority overall" in floor:
+        margin = min(overall) - floor["majority overall"]
+        lines.append(f"- demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
+                     f"(>= +25: {verdict(margin >= 25)})")
+        for key, prior in floor.items():
+            if key.startswith("majority type "):
+                kind = key.removeprefix("majority ")
+                low = min(values("demo-vqa", kind))
+                lines.append(f"- demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["demo", "demo-vqa"], choices=["demo", "demo-xe", "demo-vqa"])
@@ -193,7 +227,9 @@ def main() -> int:
         print("[variance] no finished jobs")
         return 1
     lines = table(results, args.kernels, caps)
-    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floors(work, args.presets, jobs).items())]
+    floor = floors(work, args.presets, jobs)
+    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()), "",
+              "Targets over all runs:", *requirements(results, floor), ""]
     seconds = [r["seconds"] for r in results.values()]
     lines.append(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, max {max(seconds):.0f}")
     print("\n".join(lines))

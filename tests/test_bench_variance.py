@@ -49,3 +49,22 @@ def test_table_statistics(bench) -> None:
     assert "| demo-xe | XE CIDEr-D | best (AVX512) | 2.0000 | nan | 2.0000 | 2.0000 | 1 |" in rows
     assert "| demo-xe | XE CIDEr-D | all | 2.0000 | 1.0000 | 1.0000 | 3.0000 | 3 |" in rows
     assert any("XE beam 1, XE beam 3" in row for row in rows)
+
+
+def test_targets(bench) -> None:
+    results = {
+        bench.Job("demo", "avx2", 1): {"figures": {"XE CIDEr-D": 0.80, "SCST CIDEr-D": 1.30}},
+        bench.Job("demo", "best", 1): {"figures": {"XE CIDEr-D": 0.70, "SCST CIDEr-D": 1.40}},
+        bench.Job("demo-vqa", "avx2", 1): {"figures": {"overall": 80.0, "type yes/no": 76.0, "type other": 90.0}},
+        bench.Job("demo-vqa", "best", 1): {"figures": {"overall": 70.0, "type yes/no": 74.0, "type other": 95.0}},
+    }
+    floor = {"constant caption CIDEr-D": 0.4, "majority overall": 50.0, "majority type yes/no": 75.0,
+             "majority type other": 17.0}
+    lines = bench.requirements(results, floor)
+    # XE: sd of (0.8, 0.7) = 0.070711 > 0.05; min 0.7 = 1.75x < 2x; SCST min 1.3 = 3.25x >= 3x
+    assert lines[0] == ("- demo XE: sd 0.0707 (<= 0.05: NOT met); min 0.7000 = 1.75x the constant caption "
+                        "(>= 2x: NOT met)")
+    assert lines[1] == "- demo SCST: min 1.3000 = 3.25x the constant caption (>= 3x: met)"
+    assert lines[2] == "- demo-vqa overall: min 70.00 = majority +20.00 points (>= +25: NOT met)"
+    assert lines[3:] == ["- demo-vqa type yes/no: min 74.00 vs majority 75.00 (NOT met)",
+                         "- demo-vqa type other: min 90.00 vs majority 17.00 (met)"]
