@@ -11,6 +11,7 @@ import torch
 from registry_cases import MarkovModel
 
 from tests.training.conftest import make_tiny_data, tiny_config
+from vlattn import load
 from vlattn.config import load_config
 from vlattn.errors import ConfigError, DataError
 from vlattn.tasks import EvalRequest, evaluate, format_report, train
@@ -93,6 +94,7 @@ def test_auto_is_recorded_after_training_and_used_by_eval(tmp_path) -> None:
     report = evaluate(run, EvalRequest(split="test", device="cpu"))
     assert report["beam_size"] == choice.beam_size and report["beam_choice"] == choice.to_dict()
     assert f"eval.beam_size auto: beam {choice.beam_size} chosen on val CIDEr" in format_report(report)
+    assert load(run, device="cpu").beam_size == choice.beam_size  # the Python front door decodes at it too
     # the recorded val scores are those of decoding the val split at each size now
     again = evaluate(run, EvalRequest(split="val", beam_size=2, device="cpu"))
     assert again["beam_size"] == 2 and "beam_choice" not in again
