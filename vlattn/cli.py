@@ -134,6 +134,7 @@ def profile(
     task = task_of(cfg.task)
     given = dict(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats, answers=answers)
     shapes = dataclasses.replace(task.profile_shapes, **{k: v for k, v in given.items() if v is not None})
+    shapes.check(cfg)
     report = task.profile(cfg, shapes)
     typer.echo(json.dumps(report) if as_json else format_profile(report))
 
