@@ -160,7 +160,7 @@ def answer(
 def import_checkpoint(
     source: Path = typer.Argument(..., help="The released checkpoint file (.pth); its state_dict entry is read."),
     fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer)."),
-    vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
+    vocab: Path = typer.Option(..., "--vocab", help="Word table in index order: a JSON list of strings (any token), or text with one word per line (docs/m2-official.md)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
     heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
     config: Optional[Path] = typer.Option(
