@@ -24,6 +24,7 @@ from typing import BinaryIO, Iterable
 import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
 from vlattn.errors import DataError
@@ -48,7 +49,7 @@ class MemmapStore(IndexedStore):
             self._stored_ids = np.load(root / "ids.npy", allow_pickle=False)
             self._offsets = np.load(root / "offsets.npy", allow_pickle=False)
             self._sizes = np.load(root / "sizes.npy", allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except READ_ERRORS as err:
             raise DataError(f"cannot read memmap index arrays: {err}", path=self.path) from None
         self._check_index(int(meta["num_images"]))
         self._rows = {int(image_id): row for row, image_id in enumerate(self._stored_ids)}
