@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
+from vlattn import shipped_presets
 from vlattn.config import load_config
 from vlattn.errors import VlattnError
 
-PRESETS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
 CASES = int(os.environ.get("VLATTN_CONFIG_FUZZ", "300"))
 SEED = 27
 TIME_LIMIT = 20.0  # seconds per case: the slowest valid preset loads in well under a second
@@ -144,7 +144,7 @@ def run_case(path: Path, overrides: list[str]) -> str:
 def cases(count: int, seed: int) -> Iterator[tuple[str, str, list[str]]]:
     """``(preset name, file text, overrides)`` of ``count`` seeded cases."""
     rng = random.Random(seed)
-    texts = {path.name: path.read_text() for path in PRESETS}
+    texts = {name: shipped_presets.text(name) for name in shipped_presets.names()}
     for _ in range(count):
         name = rng.choice(sorted(texts))
         roll = rng.random()

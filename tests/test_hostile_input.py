@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from vlattn.errors import ConfigError
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.footprint import check_footprint, model_bytes
 
-DEMO = str(Path(__file__).resolve().parent.parent / "configs" / "demo.yaml")
+DEMO = "demo"  # the shipped preset
 
 
 # --- config sizes ------------------------------------------------------------------------------------------------
@@ -43,7 +44,7 @@ def test_weights_beyond_memory_are_refused_before_allocation() -> None:
     """d = d_ff = 2^16 with 8 layers: 8 x 12 x 2^32 float32 parameters, ~1.5 TiB, far beyond any test machine;
     refused from the meta-device structure, naming the key furthest above its default."""
     sets = ["model.d_model=65536", "model.d_ff=65536", "model.encoder_layers=4", "model.decoder_layers=4"]
-    with pytest.raises(ConfigError, match=r"demo\.yaml: model\.d_model=65536: the model's weights need .* GiB, more "
+    with pytest.raises(ConfigError, match=r"preset demo: model\.d_model=65536: the model's weights need .* GiB, more "
                                           r"than the .* GiB of memory available \(largest tensor: .* \(65536, 65536\)\)"):
         load_config(DEMO, sets)
 
@@ -231,3 +232,12 @@ def test_raw_pickle_protocol_warning_stays_off_stderr(tmp_path: Path) -> None:
                              str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"error: {tmp_path / 'raw.pth'}: not a readable PyTorch checkpoint")
+
+
+@pytest.mark.parametrize(("base", "message"), [("nan", "base: nan: no preset of that name"),
+                                               ("gone.yaml", "base: {dir}/gone.yaml: config file not found")])
+def test_a_missing_base_names_the_file_asking_for_it(tmp_path: Path, base: str, message: str) -> None:
+    """Found by the config fuzzer: a mutated ``base`` was named without the file that holds it."""
+    (tmp_path / "run.yaml").write_text(f"base: {base}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'run.yaml'}: " + message.format(dir=tmp_path))):
+        load_config(tmp_path / "run.yaml")
