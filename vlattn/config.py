@@ -24,10 +24,10 @@ from vlattn.errors import ConfigError
 
 T = TypeVar("T")
 
-# Upper bounds of the sizes a config sets, checked when it loads (every size has one: an unbounded size let a
-# config allocate without limit or build a million layers while being validated). They lie far above any
-# published model of the five papers; what memory allows is checked beside them, from the parameters of the
-# model the config describes (vlattn.models.memory).
+# Upper bounds of the sizes a config sets, checked when it loads (every size has one: without it a config could
+# allocate without limit, or build a million layers, while it is validated). They lie far above any published
+# model of the five papers; what memory allows is checked beside them, from the weights of the model the config
+# describes (vlattn.models.footprint).
 MAX_WIDTH = 1 << 16  # a feature, model, feed-forward, embedding or hidden width; slots, dictionary entries
 MAX_LAYERS = 64  # encoder or decoder layers
 MAX_HEADS = 1024  # attention heads, groups, units, glimpses, channels
