@@ -443,6 +443,7 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "size above its bound": lambda ws: config(ws, "--set", "model.encoder_layers=1000000000"),
     "integer beyond 64 bits": lambda ws: config(ws, "--set", "model.d_model=9223372036854775808"),
     "number not finite": lambda ws: config(ws, "--set", "train.grad_clip=.inf"),
+    "lone surrogate in a config string": lambda ws: config(ws, "--set", 'data.karpathy="a\\ud800.json"'),
     "weights beyond the memory available": lambda ws: config(ws, "--set", "model.d_model=65536", "--set",
                                                              "model.d_ff=65536"),
     "base preset missing": lambda ws: ["profile", "--config", written(ws, "run.yaml", "base: nan\n")],

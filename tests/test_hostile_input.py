@@ -241,3 +241,8 @@ def test_a_missing_base_names_the_file_asking_for_it(tmp_path: Path, base: str, 
     (tmp_path / "run.yaml").write_text(f"base: {base}\n")
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'run.yaml'}: " + message.format(dir=tmp_path))):
         load_config(tmp_path / "run.yaml")
+
+
+def test_lone_surrogate_in_a_config_string() -> None:
+    with pytest.raises(ConfigError, match=r"config key data\.karpathy: holds a lone UTF-16 surrogate"):
+        load_config(DEMO, ['data.karpathy="a\\ud800.json"'])

@@ -368,6 +368,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not -_INT64 <= value < _INT64:
             raise ConfigError(f"config key {where}: {value} is outside the 64-bit integer range")
         return value
+    if origin is str and isinstance(value, str) and any("\ud800" <= char <= "\udfff" for char in value):
+        # a YAML "\ud800" escape: not text, and no path, file or name can hold it
+        raise ConfigError(f"config key {where}: holds a lone UTF-16 surrogate, not text")
     if origin in (bool, str) and isinstance(value, origin):
         return value
     if origin is list and isinstance(value, list):
