@@ -68,7 +68,8 @@ class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
     hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
-    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built, and ``feature_extractor`` (the
+    extractor record of its feature store, or None), which every checkpoint records."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -186,8 +187,10 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     if start.resume_from is not None and source is not None:
         run.check_vocabularies(source.hashes, vocabularies)
 
+    extractor = getattr(data, "feature_extractor", None)  # optional: the training store's extractor record
+
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state)
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, extractor)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
