@@ -63,8 +63,10 @@ class MemmapStore(IndexedStore):
     def _check_index(self, num_images: int) -> None:
         """Index arrays and raw file sizes agree with ``meta.json``."""
         offsets = self._offsets
+        integers = all(np.issubdtype(array.dtype, np.integer) for array in (self._stored_ids, offsets, self._sizes))
         consistent = (
-            self._stored_ids.shape == (num_images,)
+            integers
+            and self._stored_ids.shape == (num_images,)
             and offsets.shape == (num_images + 1,)
             and self._sizes.shape == (num_images, 2)
             and offsets[0] == 0
