@@ -29,6 +29,7 @@ from vlattn.metrics import evaluate_captions
 from vlattn.metrics.tokenizer import PTBTokenizer
 from vlattn.training.rundir import run_lock
 from tests.test_bad_input import one_line
+from tests.test_hostile_input import Payload
 from tests.training.conftest import make_tiny_vqa_data, tiny_vqa_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
@@ -248,6 +249,33 @@ def resume(ws: Workspace, *extra: str, **copy: bool) -> list[str]:
     return ["train", "--out", str(run_copy(ws, **copy)), "--resume", "--device", "cpu", *extra]
 
 
+def damaged_state(ws: Workspace, damage: str) -> list[str]:
+    """``--resume`` of a copy of the tiny run whose ``last/train_state.pt`` is cut short, holds a pickled
+    ``os.system`` call, or lacks its ``loop`` entry."""
+    run = run_copy(ws)
+    state_file = run / "checkpoints" / "last" / "train_state.pt"
+    if damage == "cut":
+        state_file.write_bytes(state_file.read_bytes()[:200])
+    elif damage == "payload":
+        torch.save({"stage": "xe", "loop": Payload(ws.path("executed"))}, state_file)
+    else:
+        state = torch.load(state_file, weights_only=True)
+        del state["loop"]
+        torch.save(state, state_file)
+    return ["train", "--out", str(run), "--resume", "--device", "cpu"]
+
+
+def evil_checkpoint(ws: Workspace) -> str:
+    torch.save({"state_dict": Payload(ws.path("executed"))}, ws.path("evil.pth"))
+    return str(ws.path("evil.pth"))
+
+
+def score_files(ws: Workspace, results: str) -> list[str]:
+    annotations = {"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 5, "caption": "a dog runs"}]}
+    return ["score", "--results", written(ws, "res.json" if results.startswith("[{") else "deep.json", results),
+            "--annotations", written(ws, "ann.json", json.dumps(annotations)), "--tokenizer", "python"]
+
+
 def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lambda root: None) -> list[str]:
     """``vlattn train`` of a tiny MCAN on the tiny VQA data (written under ``data``, then changed by ``change``)."""
     root = make_tiny_vqa_data(ws.path("data"))
@@ -420,6 +448,29 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "other.yaml", (ws.run.parent / "tiny.yaml").read_text().replace("num_heads: 2", "num_heads: 4"))),
     "resume in another stage": lambda ws: resume(ws, "--stage", "scst"),
     "the run's vocabulary changed": lambda ws: resume(ws, swapped_words=True),
+    "override value not YAML": lambda ws: config(ws, "--set", "train.adam_betas=[0.9, 0.98"),
+    "nested too deeply": lambda ws: ["profile", "--config", written(ws, "deep.yaml", f"model: {'[' * 5000}{']' * 5000}\n")],
+    "size above its bound": lambda ws: config(ws, "--set", "model.encoder_layers=1000000000"),
+    "integer beyond 64 bits": lambda ws: config(ws, "--set", "model.d_model=9223372036854775808"),
+    "number not finite": lambda ws: config(ws, "--set", "train.grad_clip=.inf"),
+    "lone surrogate in a config string": lambda ws: config(ws, "--set", 'data.karpathy="a\\ud800.json"'),
+    "weights beyond the memory available": lambda ws: config(ws, "--set", "model.d_model=65536", "--set",
+                                                             "model.d_ff=65536"),
+    "base preset missing": lambda ws: ["profile", "--config", written(ws, "run.yaml", "base: nan\n")],
+    "profile shape out of range": lambda ws: config(ws, "--batch", "0"),
+    "profile activation beyond memory": lambda ws: config(ws, "--batch", "65536", "--regions", "65536"),
+    "lone surrogate in a JSON string": lambda ws: score_files(ws, json.dumps([{"image_id": 1, "caption": "a dog \ud800 runs"}])),
+    "JSON nested too deeply": lambda ws: score_files(ws, "[" * 100_000 + "]" * 100_000),
+    "checkpoint holding a pickle payload": lambda ws: import_args(ws, evil_checkpoint(ws)),
+    "run directory under a missing directory": lambda ws: import_args(ws, released(ws, "m2.pth"), out="no/such/run"),
+    "word table with whitespace tokens as text": lambda ws: import_args(ws, released(ws, "m2.pth"),
+                                                                        WORDS[:6] + [" "] + WORDS[7:]),
+    "damaged training state": lambda ws: damaged_state(ws, "cut"),
+    "training state holding other objects": lambda ws: damaged_state(ws, "payload"),
+    "training state of another layout": lambda ws: damaged_state(ws, "no loop"),
+    "non-finite loss": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")),
+                                   "--device", "cpu", "--set", "train.schedule={name: constant, options: {lr: 1.0e+30}}",
+                                   "--set", "train.epochs=2"],
     "image file without an id": lambda ws: extract(ws, written(ws, "beach.png", b"")),
     "unknown extractor": lambda ws: extract(ws, written(ws, "photo_1.png", b""), extractor="sift"),
     "weights file missing": lambda ws: extract(ws, written(ws, "photo_1.png", b""), weights=str(ws.path("nowhere.pt"))),

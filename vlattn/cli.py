@@ -258,6 +258,7 @@ def profile(
     task = task_of(cfg.task)
     given = dict(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats, answers=answers)
     shapes = dataclasses.replace(task.profile_shapes, **{k: v for k, v in given.items() if v is not None})
+    shapes.check(cfg)
     report = task.profile(cfg, shapes)
     typer.echo(json.dumps(report) if as_json else format_profile(report))
 
@@ -291,7 +292,8 @@ def import_checkpoint(
     fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer), "
                             "lxmert-hf (LXMERT in transformers' or the released code's names)."),
     vocab: Optional[Path] = typer.Option(
-        None, "--vocab", help="Word list, one word per line in index order (m2-official: docs/m2-official.md; "
+        None, "--vocab", help="Word table in index order: a JSON list of strings (any token) or text with one word per line "
+        "(m2-official: docs/m2-official.md; "
         "lxmert-hf: BERT's vocab.txt, default SOURCE/vocab.txt)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
     heads: Optional[int] = typer.Option(None, help="Attention heads when the checkpoint does not record them "

@@ -58,6 +58,8 @@ def import_checkpoint(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError("exists and is not empty; choose a new run directory", path=out)
+    if not out.parent.is_dir():  # checked before the (possibly large) checkpoint is read
+        raise DataError(f"cannot create the run directory: {out.parent} is not an existing directory", path=out)
     imported = reader(checkpoint, word_list, heads=heads, base=base, answers=answers)
     vocabularies: dict[str, Any] = {"words": imported.vocab}
     if imported.answers is None:

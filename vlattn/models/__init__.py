@@ -23,6 +23,7 @@ from vlattn.errors import ConfigError
 from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
+from vlattn.models.footprint import check_footprint
 from vlattn.models.lxmert import Lxmert, build_lxmert
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
@@ -107,17 +108,23 @@ def without_initialisation() -> Iterator[None]:
 
 
 def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
-    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
+    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, or that its weights need more
+    memory than is available (:func:`~vlattn.models.footprint.check_footprint`), without allocating weights;
     returns the model built on the meta device (its structure, no data)."""
     with torch.device("meta"), without_initialisation():
-        return build_captioner(cfg, vocab_size)
+        model = build_captioner(cfg, vocab_size)
+    check_footprint(model, cfg)
+    return model
 
 
-def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
-    """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
-    returns the model built on the meta device."""
+def check_vqa_model_config(cfg: ModelConfig, size: int = 8, answers: int | None = None) -> nn.Module:
+    """Raise the ``ConfigError`` that building the VQA model ``cfg`` (``size`` words, ``answers`` candidate answers,
+    default ``size``) would raise, or that its weights need more memory than is available, without allocating
+    weights; returns the model built on the meta device."""
     with torch.device("meta"), without_initialisation():
-        return build_vqa_model(cfg, size, size)
+        model = build_vqa_model(cfg, size, size if answers is None else answers)
+    check_footprint(model, cfg)
+    return model
 
 
 __all__ = [

@@ -70,7 +70,7 @@ from vlattn.attention import (
     reorder_state,
     site_cache,
 )
-from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.config import MAX_WIDTH, ModelConfig, bounded, parse_options
 from vlattn.decoding.active import image_rows
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
@@ -88,8 +88,8 @@ class UpDownOptions:
     """``model.options`` of kind ``updown`` (see the module docstring)."""
 
     variant: Literal["paper", "self_critical"] = "paper"
-    embed_dim: int = bounded(1024, ge=1)
-    attention_dim: int = bounded(512, ge=1)
+    embed_dim: int = bounded(1024, ge=1, le=MAX_WIDTH)
+    attention_dim: int = bounded(512, ge=1, le=MAX_WIDTH)
 
 
 @dataclass

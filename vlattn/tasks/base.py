@@ -17,8 +17,10 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from vlattn.config import Config, ModelConfig
+from vlattn.config import MAX_BATCH, MAX_LENGTH, MAX_VOCAB, Config, ModelConfig
+from vlattn.data.vocab import SPECIALS
 from vlattn.errors import ConfigError
+from vlattn.models.footprint import GIB, available_memory
 from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
 from vlattn.training.stage import Stage
@@ -52,6 +54,28 @@ class ProfileShapes:
     repeats: int = 5
     answers: int = 3129
     default_regions: int = 50
+
+    def check(self, cfg: Config) -> None:
+        """One-line ``ConfigError``\\ s naming the ``vlattn profile`` option of a shape out of range: each at least 1
+        (the vocabulary: its special tokens and a word), at most the config limits (:mod:`vlattn.config`), and the
+        largest activation of the model within the memory available."""
+        limits = {"batch": (1, MAX_BATCH), "regions": (1, MAX_LENGTH), "length": (1, MAX_LENGTH),
+                  "vocab_size": (len(SPECIALS) + 1, MAX_VOCAB), "answers": (1, MAX_VOCAB), "repeats": (1, 10_000)}
+        for name, (low, high) in limits.items():
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                raise ConfigError(f"--{name.replace('_', '-')} must be between {low} and {high}, got {value}")
+        m = cfg.model
+        regions = self.regions or self.default_regions
+        # floats of the largest single tensors of a step: region features, logits over the vocabulary (or the
+        # answers), one attention map over the regions
+        largest = self.batch * max(regions * max(m.feature_dim, m.d_ff, m.d_model), self.length * max(
+            self.vocab_size, self.answers, m.d_ff), m.num_heads * regions * max(regions, self.length))
+        available = available_memory()
+        if available is not None and 4 * largest > available:
+            raise ConfigError(f"--batch {self.batch} with --regions {regions}, --length {self.length}: one activation "
+                              f"needs {4 * largest / GIB:.1f} GiB, more than the {available / GIB:.1f} GiB of memory "
+                              f"available")
 
     def for_model(self, model: nn.Module) -> ProfileShapes:
         """These shapes with ``regions`` settled for ``model``: as given, or the model's grid cells, or the

@@ -568,6 +568,7 @@ class Captioning:
         if shapes.length + 1 > cfg.model.max_positions:
             raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
                               f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
+        check_model_config(cfg.model, shapes.vocab_size)  # the weights fit in memory
         model = build_captioner(cfg.model, shapes.vocab_size)
         shapes = shapes.for_model(model)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,

@@ -477,6 +477,7 @@ class VisualQuestionAnswering:
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
         """Parameters (total, per top-level module, the encoder-decoder backbone), FLOPs of a training step
         (forward, BCE, backward) and of answering a batch, backbone multiply-adds per question, latency."""
+        check_vqa_model_config(cfg.model, shapes.vocab_size, shapes.answers)  # the weights fit in memory
         model = build_vqa_model(cfg.model, shapes.vocab_size, shapes.answers)
         shapes = shapes.for_model(model)
         inputs = vqa_batch(shapes, cfg.model.feature_dim)

@@ -28,7 +28,8 @@ Checkpoints written by earlier versions used ``<dir>.tmp``/``<dir>.old``; :func:
 :func:`recover_checkpoint` still understand them.
 
 ``train_state.pt`` holds only tensors and plain Python containers (optimizer state, RNG states,
-counters) and is read with ``torch.load(..., weights_only=True)``.
+counters) and is read with ``torch.load(..., weights_only=True)`` (:func:`vlattn.torchload.load_torch_file`: a
+damaged or refused file is a one-line error naming it).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from vlattn.io import (
     replace_dir,
     stale_temporaries,
 )
+from vlattn.torchload import load_torch_file
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -245,7 +247,10 @@ def load_checkpoint(path: str | Path, *, with_state: bool = False) -> Checkpoint
         raise DataError(f"malformed JSON: {err}", path=directory / CONFIG_FILE) from None
     state = None
     if with_state and (directory / STATE_FILE).is_file():
-        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        state = load_torch_file(directory / STATE_FILE, "training state")
+        if not isinstance(state, dict):
+            raise DataError(f"not a training state: holds a {type(state).__name__}, not a mapping",
+                            path=directory / STATE_FILE)
     weights = directory / MODEL_FILE
     return Checkpoint(directory, config, state, recorded_hashes(weights), recorded_extractor(weights))
 

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
@@ -291,7 +291,10 @@ class Trainer:
         with autocast(self.options.precision, self.device):
             loss, logs = self.objective(self.model, _to_device(batch, self.device))
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.state.step} (epoch {self.state.epoch})")
+            raise TrainingDiverged(
+                f"stage {self.options.stage!r}: the loss is {loss.item()} at step {self.state.step} (epoch "
+                f"{self.state.epoch + 1}); nothing of this step was saved, the run's checkpoints are those of earlier "
+                "steps; lower the learning rate (train.schedule) or clip gradients (train.grad_clip)")
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         average_gradients(self.model, self.ctx)

@@ -39,9 +39,16 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vlattn.config import Config, value_at
-from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
+from vlattn.errors import ConfigError, DataError, TrainingInterrupted, VlattnError, one_line
 from vlattn.precision import compile_layers
-from vlattn.training.checkpoint import Checkpoint, NamedVocabulary, load_checkpoint, load_weights, save_checkpoint
+from vlattn.training.checkpoint import (
+    STATE_FILE,
+    Checkpoint,
+    NamedVocabulary,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+)
 from vlattn.training.distributed import (
     DistContext,
     broadcast_parameters,
@@ -225,8 +232,12 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     keep = 0
     if resuming:
         assert source is not None and source.train_state is not None
-        loop = {"batch_size": value_at(source.config, stage.batch_size), **source.train_state["loop"]}
-        trainer.restore({**source.train_state, "loop": loop})
+        try:
+            loop = {"batch_size": value_at(source.config, stage.batch_size), **source.train_state["loop"]}
+            trainer.restore({**source.train_state, "loop": loop})
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
+            raise DataError(f"malformed training state ({type(err).__name__}: {one_line(err)}); resume from "
+                            "another checkpoint or start a new run with --init", path=source.path / STATE_FILE) from None
         keep = trainer.state.log_records if trainer.state.log_records >= 0 else run.log_records(trainer.state.step)
     # every check has passed: from here on the run's files change
     if ctx.is_main:

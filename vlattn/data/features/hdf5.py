@@ -24,8 +24,9 @@ from vlattn.errors import DataError
 from vlattn.io import atomic_path, remove_stale_temporaries
 
 _FEATURES_KEY = re.compile(r"^(\d+)_features$")
-# Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header).
-_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError)
+# Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header; an AssertionError
+# from its low-level readers included).
+_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, AssertionError)
 MARKER_ATTRIBUTE, KIND = "vlattn", "m2-hdf5"  # root attribute of files written by write_m2_hdf5
 
 
@@ -42,7 +43,7 @@ class M2HDF5Store(IndexedStore):
             raise DataError("HDF5 feature file not found", path=self.path)
         try:
             with self._open() as handle:
-                self._index_ids(int(m.group(1)) for key in handle.keys() if (m := _FEATURES_KEY.match(key)))
+                self._index_ids(int(m.group(1)) for key in handle.keys() if isinstance(key, str) and (m := _FEATURES_KEY.match(key)))
                 self._dim = dim if dim is not None else self._first_dim(handle)
         except _H5_ERRORS as err:
             raise DataError(f"cannot read HDF5 file (damaged?): {err}", path=self.path) from None
