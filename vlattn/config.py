@@ -12,9 +12,9 @@ import functools
 import json
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
 
 import yaml
