@@ -21,7 +21,7 @@ import torch
 import yaml
 from m2_released import random_released_state
 
-from vlattn.config import config_to_dict
+from vlattn.config import ModelConfig, config_to_dict
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap
 from vlattn.data.synth import generate
 from vlattn.data.vocab import Vocabulary
@@ -326,6 +326,11 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "not UTF-8": lambda ws: ["profile", "--config", written(ws, "latin1.yaml", b"model:\n  d_model: 512 \xe9\n")],
     "override without `=`": lambda ws: config(ws, "--set", "train.epochs"),
     "override into a value": lambda ws: config(ws, "--set", "train.epochs.x=1"),
+    "unknown preset": lambda ws: ["profile", "--config", "m3"],
+    "a key nothing reads": lambda ws: ["profile", "--config", "vqa-demo", "--set", "eval.beam_size=3"],
+    "a `base` cycle": lambda ws: ["profile", "--config", written(ws, "a.yaml", "base: b.yaml\n"),
+                                  written(ws, "b.yaml", "base: a.yaml\n") and "--json"],
+    "a config built by hand (library)": lambda ws: library(ws, lambda: ModelConfig(dropout=2.0)),
     "unknown stage": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")),
                                  "--stage", "rl"],
     "model and store disagree": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",

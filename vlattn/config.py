@@ -13,6 +13,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -428,14 +429,24 @@ def value_at(cfg: Any, key: str) -> Any:
     return node
 
 
-def config_from_dict(data: dict[str, Any]) -> Config:
+def config_from_dict(data: dict[str, Any], named: Iterable[str] = ()) -> Config:
     """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys and validating every
-    named component (model kind, attention mechanisms and their placement, feed-forward, schedules)."""
+    named component (model kind, attention mechanisms and their placement, feed-forward, schedules) and the keys
+    set: a key that differs from its default, or is ``named`` (``section.key``: given explicitly, by an override or
+    a preset), must be read by the model kind, the task or one of its stages."""
     cfg = _build(Config, data, "")
     from vlattn.validation import check_components  # the registries import this module
 
-    check_components(cfg)
+    check_components(cfg, named)
     return cfg
+
+
+def named_keys(data: dict[str, Any] | None = None, overrides: Iterable[str] = ()) -> set[str]:
+    """The ``section.key`` (or top-level) keys given in the mapping ``data`` and by the ``overrides`` items."""
+    keys = {".".join(override_key(item).split(".")[:2]) for item in overrides}
+    for name, value in (data or {}).items():
+        keys |= {f"{name}.{key}" for key in value} if isinstance(value, dict) else {name}
+    return keys
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
@@ -590,8 +601,11 @@ def load_config(ref: str | Path | None = None, overrides: list[str] | None = Non
     """The validated config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
     directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
     data = resolve_config_dict(ref, overrides)
+    # a shipped preset and the overrides name their keys; a user's file may be a full dump (`vlattn config show`,
+    # a run's config.yaml), whose keys left at their defaults are not checked
+    shipped = ref is not None and presets.is_name(ref)
     try:
-        return config_from_dict(data)
+        return config_from_dict(data, named_keys(data if shipped else None, overrides or []))
     except ConfigError as err:
         where = f"preset {ref}" if ref is not None and presets.is_name(ref) else (ref or "config")
         raise ConfigError(f"{where}: {err}") from None

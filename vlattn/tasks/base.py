@@ -86,7 +86,9 @@ class ProfileShapes:
 
 
 class Task(Protocol):
-    """One task. ``stages``: its training stages by name, the first being ``vlattn train``'s default.
+    """One task. ``stages``: its training stages by name, the first being ``vlattn train``'s default; ``reads``:
+    the config keys (``data.karpathy``, ...) the task reads beside those its stages read (``Stage.reads``) and
+    those its model kind reads (``ModelKind.reads``); a config setting any other key is refused.
 
     - ``check(cfg)``: validate, when a config loads, what the task reads from it (e.g. build the model on the
       meta device), raising a one-line ``ConfigError`` naming the key; the generic checks (task name, model
@@ -101,6 +103,7 @@ class Task(Protocol):
 
     name: str
     stages: Mapping[str, Stage]
+    reads: frozenset[str]
     profile_shapes: ProfileShapes
 
     def check(self, cfg: Config) -> None: ...

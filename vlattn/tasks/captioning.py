@@ -480,6 +480,16 @@ class Captioning:
 
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    # beside what its stages read (Stage.reads): the data, decoding, scoring and SCST keys
+    reads = frozenset({
+        "data.karpathy", "data.features", "data.vocab_min_count", "data.vocab_splits", "data.max_regions",
+        "data.max_caption_len", "data.region_cache_mb", "train.label_smoothing", "train.val_decoding",
+        "train.val_max_images", "train.scst_samples", "train.scst_sampling", "train.scst_baseline",
+        "train.scst_loss_normalise", "train.scst_skip_finished", "eval.beam_size", "eval.max_len",
+        "eval.length_penalty", "eval.collapse_repeats", "eval.batch_size", "eval.cider_df_mode",
+        "eval.reward_include_eos", "eval.bias_lexicon", "eval.bias_instances", "eval.precision", "eval.compile",
+        "eval.packed_output",
+    })
     profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
     def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module:

@@ -407,6 +407,13 @@ class VisualQuestionAnswering:
 
     name = "vqa"
     stages: dict[str, Stage] = {"train": TRAIN}
+    # beside what its stage reads (Stage.reads): the VQA files, question and answer vocabularies, the loss
+    reads = frozenset({
+        "data.features", "data.questions", "data.annotations", "data.vqa_splits", "data.vocab_min_count",
+        "data.vocab_splits", "data.max_regions", "data.max_question_len", "data.answer_min_count", "data.zero_image",
+        "data.region_cache_mb", "data.format", "data.question_tokens", "data.wordpiece_vocab", "train.bce_reduction",
+        "train.val_max_images", "eval.batch_size",
+    })
     # MCAN: up to 100 regions, 14 question words, 3,129 candidate answers
     profile_shapes = ProfileShapes(length=14, answers=3129, default_regions=100)
 

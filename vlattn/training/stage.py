@@ -64,6 +64,12 @@ from vlattn.training.rundir import RunDirectory, Start, report
 from vlattn.training.schedules import Scaled, build_schedule, lr_scale
 
 
+# the keys the stage runner and training loop read for every stage of every task
+RUN_KEYS = frozenset({"data.root", "data.num_workers", "train.seed", "train.grad_clip", "train.adam_eps",
+                      "train.weight_decay", "train.max_steps", "train.log_every", "train.checkpoint_every",
+                      "train.precision", "train.compile"})
+
+
 class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
@@ -122,6 +128,12 @@ class Stage(Generic[D]):
     needs_init: bool = False
     lr_scaling: bool = False
     finish: Callable[[Config, D, Path, torch.device], None] | None = None
+
+    def reads(self) -> frozenset[str]:
+        """The config keys the stage runner reads for this stage: its own (schedule, epochs, ...) and
+        :data:`RUN_KEYS`."""
+        own = (self.schedule, self.epochs, self.batch_size, self.patience, self.adam_betas, self.length_buckets)
+        return RUN_KEYS | {key for key in own if key is not None} | ({"train.lr_scaling"} if self.lr_scaling else set())
 
 
 def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | None) -> Checkpoint | None:
