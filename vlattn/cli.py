@@ -78,6 +78,53 @@ def train(
     typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
+@app.command()
+def explain(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="Run directory or checkpoint."),
+    image_id: int = typer.Option(..., "--image-id", help="Image id in the run's feature store."),
+    out: Path = typer.Option(..., "--out", "-o", help="New directory for index.html and its PNGs."),
+    question: Optional[str] = typer.Option(None, help="The question (VQA checkpoints)."),
+    image: Optional[Path] = typer.Option(None, help="The picture to draw the boxes on (default: the data set's)."),
+    device: str = DEVICE,
+) -> None:
+    """What the model attends to for one image: the caption (or answer) and, per word, the attention over the
+    regions and each mechanism's own view, as OUT/index.html (opens from disk; matplotlib: the viz extra)."""
+    from vlattn.viz.explain import explain as run
+
+    typer.echo(f"wrote {run(checkpoint, image_id, out, question=question, image=image, device=device)}")
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their best checkpoints and eval outputs)."),
+    split: str = typer.Option("test", help="The evaluated split whose metrics are shown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write a bar chart (a new .png file)."),
+    repeats: int = typer.Option(3, min=1, max=100, help="Latency measurements (median)."),
+) -> None:
+    """The runs side by side: test metrics (from `vlattn eval`), parameters, backbone MAdds, inference FLOPs and
+    latency, measured alike for every run."""
+    from vlattn.viz.compare import chart, compare as measure, table
+    from vlattn.viz.figures import write_new_png
+
+    columns, rows = measure(runs, split, repeats)
+    typer.echo(table(columns, rows))
+    if out is not None:
+        write_new_png(out, chart(columns, rows))
+        typer.echo(f"wrote {out}")
+
+
+@app.command()
+def plot(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),
+) -> None:
+    """Training curves of one or more runs: loss and learning rate per step, each validation metric per epoch,
+    the runs overlaid (matplotlib: the viz extra)."""
+    from vlattn.viz.curves import write_plot
+
+    typer.echo(f"wrote {write_plot(runs, out)}")
+
+
 @app.command("eval")
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
