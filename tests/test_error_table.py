@@ -284,6 +284,18 @@ def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lam
     return ["train", "--config", config, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
 
 
+def twin_stream_train(ws: Workspace, *extra: str) -> list[str]:
+    """``vlattn train`` of the twin-stream model on the tiny VQA data: the tiny MCAN config without the
+    Transformer-stack keys that kind never reads."""
+    root = make_tiny_vqa_data(ws.path("data"))
+    config = config_to_dict(tiny_vqa_config(root))
+    for key in ("num_heads", "d_ff", "encoder_layers", "decoder_layers", "options"):
+        config["model"].pop(key, None)
+    config["model"]["kind"] = "twin_stream"
+    path = written(ws, "vqa.yaml", yaml.safe_dump(config))
+    return ["train", "--config", path, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
+
+
 def catt_dictionary(ws: Workspace, *extra: str) -> list[str]:
     """``vlattn catt dictionary`` of 4 image entries over the tiny data (``extra`` options override)."""
     return ["catt", "dictionary", "--source", "image", "--size", "4", "--data", str(ws.data), "--out",
@@ -425,9 +437,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "--set", "data.question_tokens=wordpiece", vocab=["[UNK]", "[PAD]", "[CLS]", "[SEP]"]),
     "a WordPiece model reading words": lambda ws: lxmert_vqa_train(ws),
     "NLVR2 image ids that are not the store's": nlvr2_string_ids,
-    "grid positional bias, store of other sizes": lambda ws: vqa_train(
-        ws, "--set", "model.kind=twin_stream", "--set", "model.options.attention.name=sla",
-        "--set", "model.options.attention.options.position=grid", "--set", "model.options.attention.options.grid_cells=36"),
+    "grid positional bias, store of other sizes": lambda ws: twin_stream_train(
+        ws, "--set", "model.options.attention.name=sla", "--set", "model.options.attention.options.position=grid",
+        "--set", "model.options.attention.options.grid_cells=36"),
     "word vectors file missing": lambda ws: vqa_train(ws, "--set", f"model.word_vectors={ws.path('nowhere.txt')}"),
     "word vectors of another size": lambda ws: vqa_train(ws, "--set", "model.word_vectors=" + written(
         ws, "glove.txt", "what 0.1 0.2 0.3\n")),

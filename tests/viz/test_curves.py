@@ -72,9 +72,9 @@ def test_compare_measures_every_run_alike(tiny_run: Path, tmp_path: Path, vlattn
     from vlattn.viz.compare import compare
 
     first, second = tmp_path / "first", tmp_path / "second"
-    shutil.copytree(tiny_run, first)
-    shutil.copytree(tiny_run, second)
-    (first / "eval").mkdir(exist_ok=True)
+    for copy in (first, second):  # without whatever evaluation other tests left in the shared run
+        shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns("eval"))
+    (first / "eval").mkdir()
     (first / "eval" / "test_metrics.json").write_text(json.dumps({"scores": {"CIDEr": 0.5, "Bleu_4": 0.25}}))
     columns, rows = compare([first, second], repeats=1)
     assert rows["first"]["CIDEr"] == 0.5 and "CIDEr" not in rows["second"]  # the second was never evaluated

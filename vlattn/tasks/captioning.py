@@ -488,7 +488,7 @@ class Captioning:
         "train.scst_loss_normalise", "train.scst_skip_finished", "eval.beam_size", "eval.max_len",
         "eval.length_penalty", "eval.collapse_repeats", "eval.batch_size", "eval.cider_df_mode",
         "eval.reward_include_eos", "eval.bias_lexicon", "eval.bias_instances", "eval.precision", "eval.compile",
-        "eval.packed_output",
+        "eval.packed_output", "eval.beam_candidates",
     })
     profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
