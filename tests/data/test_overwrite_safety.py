@@ -3,6 +3,7 @@ holding foreign files; leftovers of killed writers are cleaned, other hidden fil
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,24 +136,38 @@ def dead_pid() -> int:
     return child.pid
 
 
+def leftover(directory: Path, target: str, pid: int, ident: str, suffix: str = "tmp", *, marker_id: str | None = None,
+             kind: str = "temporary") -> Path:
+    """A directory named as vlattn's temporary of ``target`` with a marker of ``marker_id`` (None: no marker)."""
+    path = directory / f".{target}.{pid}.{ident}.{suffix}"
+    path.mkdir()
+    (path / "features.f16").write_bytes(b"partial")
+    if marker_id is not None:
+        (path / MARKER).write_text(json.dumps({"written_by": "vlattn", "kind": kind, "id": marker_id, "entries": []}))
+    return path
+
+
 def test_leftovers_of_killed_writers_are_cleaned_and_nothing_else(tmp_path: Path, source: Path) -> None:
+    """Removed: temporaries whose marker carries the id of their name, of a dead process. Kept: the same names
+    without a marker or with another id (a user's folder or a copy), a live process's, other hidden names."""
     from vlattn.data.features import convert_store
 
     dead, alive = dead_pid(), os.getpid()
-    stale_dir = tmp_path / f".out.{dead}.abcd1234.tmp"
-    stale_old = tmp_path / f".out.{dead}.efgh5678.old"
-    stale_file = tmp_path / f".out.h5.{dead}.ijkl9012.tmp"
-    running = tmp_path / f".out.{alive}.mnop3456.tmp"
-    hidden = [tmp_path / ".out.notes.tmp", tmp_path / f".other.{dead}.qrst7890.tmp", tmp_path / ".out.tmp"]
-    for directory in (stale_dir, stale_old, running):
-        directory.mkdir()
-        (directory / "features.f16").write_bytes(b"partial")
-    for file in (stale_file, *hidden):
-        file.write_text("keep me" if file in hidden else "partial")
+    ids = [f"{n:016x}" for n in range(8)]
+    stale = [leftover(tmp_path, "out", dead, ids[0], marker_id=ids[0]),
+             leftover(tmp_path, "out", dead, ids[1], "old", marker_id=ids[1], kind="memmap"),
+             leftover(tmp_path, "out.h5", dead, ids[2], marker_id=ids[2])]
+    kept = [leftover(tmp_path, "out", dead, ids[3]), leftover(tmp_path, "out", dead, ids[4], marker_id=ids[5]),
+            leftover(tmp_path, "out", alive, ids[6], marker_id=ids[6])]
+    hidden = [tmp_path / ".out.notes.tmp", tmp_path / f".other.{dead}.qrst7890.tmp", tmp_path / ".out.tmp",
+              tmp_path / f".out.{dead}.{ids[7]}.tmp.txt"]
+    for file in hidden:
+        file.write_text("keep me")
     convert_store(source, tmp_path / "out", "npz-dir")
     convert_store(source, tmp_path / "out.h5", "m2-hdf5")
-    assert not stale_dir.exists() and not stale_old.exists() and not stale_file.exists()
-    assert running.is_dir() and all(file.read_text() == "keep me" for file in hidden)
+    assert not any(path.exists() for path in stale)
+    assert all((path / "features.f16").read_bytes() == b"partial" for path in kept)
+    assert all(file.read_text() == "keep me" for file in hidden)
 
 
 @pytest.mark.parametrize("command", ["synth", "convert"])
@@ -206,7 +221,7 @@ def test_a_writer_killed_between_its_swap_renames_loses_nothing(
     pid = child.wait_ready()
     child.kill()
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out."))
-    assert not out.exists() and [name[-4:] for name in leftovers] == [".old", ".tmp"]
+    assert not out.exists() and sorted(name[-4:] for name in leftovers) == [".old", ".tmp"]
     assert all(name.startswith(f".out.{pid}.") for name in leftovers)
     if command == "synth":
         data = load_caption_data(DataConfig(root=str(out)))
@@ -215,7 +230,8 @@ def test_a_writer_killed_between_its_swap_renames_loses_nothing(
         store = open_store(out)
         assert isinstance(store, NpzDirStore) and store.ids() == [0, 1, 2]
         assert np.allclose(store.get(0).features, regions(0)[0][1].features, atol=1e-3)  # the new store's, not regions(1)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == [leftovers[0]]  # the .old
+    old = [name for name in leftovers if name.endswith(".old")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == old
     code, _, err = vlattn_cli(*args, "--overwrite")
     assert code == 0, err
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]

@@ -90,11 +90,11 @@ def between_renames(owner: Any, number: int, file: Path) -> None:
 
     real_replace_dir, calls = vlattn.io.replace_dir, {"n": 0}
 
-    def replace_dir(tmp: Path, path: Path) -> None:
+    def replace_dir(tmp: Path, path: Path, *args: Any) -> None:
         calls["n"] += 1
         if calls["n"] == number:
-            on_call(vlattn.io.os, "replace", 2, lambda: (ready(file), wait_forever()))
-        real_replace_dir(tmp, path)
+            on_call(vlattn.io, "rename_noreplace", 2, lambda: (ready(file), wait_forever()))
+        real_replace_dir(tmp, path, *args)
 
     owner.replace_dir = replace_dir
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,10 @@ def resume_target(run_dir: str | Path, task: str | None) -> tuple[str, str | Non
 def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> dict[str, Any]:
     """Evaluate a checkpoint (or run directory) of any task; the report's ``task`` names the task."""
     loaded = load_checkpoint(checkpoint)
-    return {"task": loaded.config.task, **task_of(loaded.config.task).evaluate(loaded, request)}
+    task, show = loaded.config.task, request.show
+    if show is not None:
+        request = dataclasses.replace(request, show=lambda report: show({"task": task, **report}))
+    return {"task": task, **task_of(task).evaluate(loaded, request)}
 
 
 def format_report(report: dict[str, Any]) -> str:

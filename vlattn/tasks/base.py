@@ -9,7 +9,7 @@ model kinds declare the task they serve (:class:`vlattn.models.ModelKind`). The 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +28,21 @@ from vlattn.training.stage import Stage
 class EvalRequest:
     """What ``vlattn eval`` asks for: the split (None: the task's default), another data root than the
     checkpoint's, a beam size for tasks that decode sequences (None: the config's), the device, and for captioning
-    whether the vocabulary projection runs packed (``eval.packed_output``; None: the config's)."""
+    whether the vocabulary projection runs packed (``eval.packed_output``; None: the config's). ``show`` receives
+    the report before the outputs are written, so it is seen even when writing them fails."""
 
     split: str | None = None
     data_root: Path | None = None
     beam_size: int | None = None
     device: str = "auto"
     packed_output: bool | None = None  # captioning: eval.packed_output for this run (None: the config's)
+    show: Callable[[dict[str, Any]], None] | None = None
+
+    def shown(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Pass ``report`` to :attr:`show` (if any) and return it."""
+        if self.show is not None:
+            self.show(report)
+        return report
 
 
 @dataclass(frozen=True)

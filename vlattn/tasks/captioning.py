@@ -422,7 +422,6 @@ class Captioning:
             scores["scores"].update(bias["scores"])
             scores["bias"] = bias
         out = output_dir(checkpoint)
-        write_predictions(out / f"{split}_predictions.json", predictions)
         report = {
             "split": split,
             "checkpoint": str(checkpoint.path),
@@ -434,6 +433,8 @@ class Captioning:
             **scores,
             "predictions": str(out / f"{split}_predictions.json"),
         }
+        request.shown(report)
+        write_predictions(out / f"{split}_predictions.json", predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 

@@ -398,7 +398,6 @@ class VisualQuestionAnswering:
         predictions = answer_dataset(model, dataset, answers, batch_size=cfg.eval.batch_size, device=dev)
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
-        write_vqa_results(results, predictions)
         report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
                                   "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
@@ -406,6 +405,8 @@ class VisualQuestionAnswering:
         if annotations is not None:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
             report.update(unanswerable=unanswerable, **evaluate_vqa(predictions, annotations).to_dict())
+        request.shown(report)
+        write_vqa_results(results, predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 

@@ -146,6 +146,7 @@ def run_stage(
     with contextlib.ExitStack() as held:
 
         def begin() -> Start:  # rank 0, shared with the other ranks
+            run.check_claimable(resume)  # before the lock file is created in a directory that is not the run's
             held.enter_context(run.locked())
             return run.begin(cfg, overrides, resume=resume)
 
@@ -179,7 +180,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
         run.check_vocabularies(source.hashes, vocabularies)
 
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state)
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, owner=run.run_id)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas

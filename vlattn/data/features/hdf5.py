@@ -20,7 +20,7 @@ from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination, refuse_overwrite
 from vlattn.errors import DataError
-from vlattn.io import atomic_path, remove_stale_temporaries
+from vlattn.io import atomic_path, remove_stale_temporaries, writing
 
 _FEATURES_KEY = re.compile(r"^(\d+)_features$")
 # Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header).
@@ -144,14 +144,18 @@ def write_m2_hdf5(
     only kind of existing file ``overwrite`` replaces.
     """
     path = check_m2_destination(path, overwrite)
-    remove_stale_temporaries(path)
+    with writing(path):
+        remove_stale_temporaries(path)
     count = 0
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
-        handle.attrs[MARKER_ATTRIBUTE] = KIND
-        for image_id, regions in items:
-            dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
-            dataset.attrs["width"] = regions.width
-            dataset.attrs["height"] = regions.height
-            handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
-            count += 1
+    # h5py writes through a Python file object, so a failed write (disk full, a file-size limit) comes back as
+    # an OSError here; HDF5's own file driver crashes the process when its cached metadata cannot be flushed
+    with atomic_path(path, replace=_check_replaceable if overwrite else False) as tmp, open(tmp, "r+b") as file:
+        with h5py.File(file, "w") as handle:
+            handle.attrs[MARKER_ATTRIBUTE] = KIND
+            for image_id, regions in items:
+                dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
+                dataset.attrs["width"] = regions.width
+                dataset.attrs["height"] = regions.height
+                handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
+                count += 1
     return count
