@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,7 +20,9 @@ from typing import Any, Protocol
 from torch import nn
 
 from vlattn.config import Config, ModelConfig
+from vlattn.data.features import FeatureStore
 from vlattn.errors import ConfigError
+from vlattn.io import read_marker
 from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
 from vlattn.training.stage import Stage
@@ -108,3 +112,17 @@ def check_feature_dim(cfg: ModelConfig, store_dim: int | None) -> None:
             f"model.feature_dim={cfg.feature_dim} but the feature store holds {store_dim}-d regions; "
             f"set --set model.feature_dim={store_dim}"
         )
+
+
+def content_hash(content: Any) -> str:
+    """SHA-256 of ``content`` as canonical JSON (dataclasses and paths by their text): what a data set holds,
+    independent of where it lies and how its files are formatted."""
+    text = json.dumps(content, sort_keys=True, default=lambda o: dataclasses.astuple(o) if dataclasses.is_dataclass(o) else str(o))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def store_fingerprint(store: FeatureStore) -> str:
+    """:func:`content_hash` of a feature store's dimension, image ids and, for a store vlattn wrote, the random id
+    of its marker (its features written anew give another id; a copy keeps it)."""
+    marker = read_marker(Path(store.path))
+    return content_hash([store.dim, store.ids(), None if marker is None else marker.get("id")])

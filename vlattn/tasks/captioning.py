@@ -59,7 +59,7 @@ from vlattn.models.profile import (
     latency,
 )
 from vlattn.precision import Precision, autocast, compile_layers
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, content_hash, output_dir, store_fingerprint
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
@@ -97,6 +97,12 @@ class CaptionData:
     def vocabularies(self) -> dict[str, Vocabulary]:
         """The named vocabularies a checkpoint of this task stores: ``words``."""
         return {"words": self.vocab}
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the data set holds (every split's captions; the feature store's ids and dimension): a
+        resumed run must find the same ones."""
+        entries = [(e.image_id, e.split, e.captions) for split in SPLITS for e in self.entries.get(split, [])]
+        return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
         """One item per training (image, caption) pair."""

@@ -72,7 +72,7 @@ from vlattn.models.profile import (
     random_regions,
 )
 from vlattn.scoring.vqa import write_vqa_results
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, content_hash, output_dir, store_fingerprint
 from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -125,6 +125,14 @@ class VQAData:
             max_regions=cfg.max_regions, max_question_len=cfg.max_question_len,
             unanswerable="skip" if training else "keep", source=split.sources[0], zero_image=cfg.zero_image,
         )
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the training split holds (questions, annotations) and of the feature store's ids and
+        dimension: a resumed run must find the same ones."""
+        train = self.split("train")
+        annotations = sorted((train.annotations or {}).items())
+        return {"questions": content_hash(train.questions), "annotations": content_hash(annotations),
+                "features": store_fingerprint(self.store)}
 
     def train_set(self) -> VQADataset:
         """The training questions with at least one candidate answer (the others are counted in ``skipped``)."""

@@ -28,7 +28,8 @@ Rules:
   end of an epoch, ``best`` first). With no complete checkpoint at all it starts the run over, saying so.
 - A resumed run keeps its configuration (:func:`resume_config`): the run's ``config.yaml``, changed only by
   ``--set`` (task, model and data are fixed; ``data.root``, ``data.num_workers`` and ``data.region_cache_mb`` may
-  change). A ``--config`` given on resume is checked against the run (task, model and data must agree) and its other values are
+  change, but ``data.root`` must hold the same data set: every checkpoint records its hashes and a resume on
+  other data is refused). A ``--config`` given on resume is checked against the run (task, model and data must agree) and its other values are
   ignored, each reported. Every setting that differs from the resumed checkpoint's config is reported.
 - A command that fails leaves the run's files as they were: ``config.yaml``, the vocabularies, the marker and
   ``metrics.jsonl`` are (re)written only once every check has passed (:meth:`RunDirectory.commit`), each
@@ -82,7 +83,6 @@ from vlattn.training.checkpoint import (
     vocabulary_file,
     vocabulary_hash,
 )
-from vlattn.training.logging import read_records
 
 LOG = logging.getLogger("vlattn.training")
 LOCK_FILE = ".lock"
@@ -394,12 +394,6 @@ class RunDirectory:
                 raise DataError(f"vocabulary does not match the weights of the checkpoint resumed (sha256 "
                                 f"{actual[:12]}..., the weights were trained with {hashes[name][:12]}...); restore "
                                 f"it from {CHECKPOINTS}/last/{vocabulary_file(name)}", path=file)
-
-    def log_records(self, step: int) -> int:
-        """How many leading records of ``metrics.jsonl`` were written at or before ``step`` (for checkpoints that
-        did not count their records)."""
-        records = read_records(self.path / "metrics.jsonl")
-        return next((i for i, record in enumerate(records) if record.get("step", 0) > step), len(records))
 
     def commit(self, config: Config, vocabularies: Mapping[str, NamedVocabulary], start: Start, step: int,
                stage: str) -> None:
