@@ -235,3 +235,69 @@ def test_a_writer_killed_between_its_swap_renames_loses_nothing(
     code, _, err = vlattn_cli(*args, "--overwrite")
     assert code == 0, err
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+SYNTH = ["--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8", "--epochs", "1"]
+
+
+def tree(path: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(path)): None if p.is_dir() else p.read_bytes() for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("planted", ["vqa/my_labels.json", "images/notes/todo.txt", "features/README",
+                                     "images/synth_000001.png"])
+def test_synth_overwrite_refuses_a_set_with_a_users_file_in_a_subfolder(
+    planted: str, tmp_path: Path, vlattn_cli
+) -> None:
+    """Every file and folder of the set is listed in its marker: a user's file at any depth (or one of the set's
+    files replaced by a link to the user's) makes ``--overwrite`` refuse, and everything stays."""
+    from tests.test_bad_input import one_line
+
+    out = tmp_path / "s"
+    generate(out, **TINY)
+    target = out / planted
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():  # one of the set's own files, now a link to the user's
+        (tmp_path / "mine.png").write_bytes(b"mine")
+        target.unlink()
+        target.symlink_to(tmp_path / "mine.png")
+    else:
+        target.write_text("{}")
+    before = tree(out)
+    code, _, err = vlattn_cli("data", "synth", "--out", str(out), *SYNTH, "--overwrite")
+    named = "images/notes, images/notes/todo.txt" if planted.startswith("images/notes") else planted
+    assert code == 2 and one_line(err) and f"it holds files vlattn did not write: {named};" in err, err
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("who", ["user", "user, --overwrite", "second writer"])
+@pytest.mark.parametrize("command", ["synth", "convert"])
+def test_a_destination_that_appears_while_writing_is_kept(
+    command: str, who: str, tmp_path: Path, source: Path, vlattn_cli
+) -> None:
+    """The destination is checked again at the moment of the swap: a folder the user created while ``data
+    synth``/``convert`` ran (also with ``--overwrite``: it has no marker), or the output of a second writer that
+    finished first, stays; the late writer exits 2 naming it and leaves no temporary behind."""
+    from tests.test_bad_input import one_line
+    from tests.training.subproc import Child
+
+    out = tmp_path / "out"
+    args = {"synth": ["data", "synth", "--out", str(out), *SYNTH],
+            "convert": ["data", "convert", "--from", str(source), "--to", str(out), "--format", "memmap"]}[command]
+    hook = f"storewait:{2 if command == 'synth' else 1}"  # synth: swap 1 is the feature store inside the set
+    late = Child(tmp_path, hook, *args, *(["--overwrite"] if who == "user, --overwrite" else []))
+    late.wait_ready()
+    if who == "second writer":
+        code, _, err = vlattn_cli(*args)
+        assert code == 0, err
+    else:
+        out.mkdir()
+        (out / "thesis.tex").write_text("t")
+    before = tree(out)
+    late.go()
+    code, err = late.finish()
+    expected = "refusing to overwrite: it has no .vlattn.json marker" if who == "user, --overwrite" else \
+        "appeared while vlattn was writing it"
+    assert code == 2 and one_line(err) and expected in err, err
+    assert tree(out) == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
