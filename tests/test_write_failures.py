@@ -243,7 +243,12 @@ def test_a_full_disk_is_a_one_line_error(name: str, workspace: Workspace, tmp_pa
             (fs / "ballast").write_bytes(b"\0" * (free.f_bavail * free.f_frsize))
 
     with small_fs(tmp_path / "fs", "2m" if name == "eval" else "64k", fill) as fs:
-        code, out, err = vlattn_cli("--threads", "1", *workspace.command(name, fs / "out"))
+        args = workspace.command(name, fs / "out")
+        if name == "convert-hdf5":  # in a child: HDF5 crashing on a full disk would take the test process with it
+            result = run_limited([(args, None)], tmp_path)[0]
+            code, out, err = result.returncode, result.stdout, result.stderr
+        else:
+            code, out, err = vlattn_cli("--threads", "1", *args)
         assert_write_error(code, err, fs)
         assert "No space left on device" in err
         assert check_outcome(Outcome(code, out, err), name, fs / "out", workspace) == []

@@ -12,7 +12,7 @@ caption`` and ``vlattn train --stage scst --init`` use::
 
 The directory is assembled next to ``RUN_DIR`` in a marked vlattn temporary (``.RUN_DIR.<pid>.<id>.tmp``,
 :func:`vlattn.io.make_temporary_dir`) and renamed into place only when complete; an existing, non-empty ``RUN_DIR``
-is refused (nothing is overwritten; an empty one is used). A failed import removes its own temporary; one left by
+is refused (nothing is overwritten; an empty one is filled, never replaced). A failed import removes its own temporary; one left by
 a killed import (its process gone, its marker proving it vlattn's) is removed by the next import of the same
 ``RUN_DIR``, never a directory vlattn did not write.
 """
@@ -31,6 +31,7 @@ from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 from vlattn.importers.m2_official import Imported, read_released
 from vlattn.io import (
+    MARKER,
     atomic_write_text,
     make_temporary_dir,
     new_id,
@@ -92,10 +93,12 @@ def import_checkpoint(
             save_vocabularies(staging, vocabularies)
             atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
             write_marker(staging, RUN_KIND, id=run_id)
-            if out.is_dir() and not out.is_symlink():
-                out.rmdir()  # empty (checked above; rmdir fails if anything appeared since)
             try:
-                rename_noreplace(staging, out)
+                if out.is_dir() and not out.is_symlink():  # the user's empty directory: filled, the marker last
+                    for entry in sorted(staging.iterdir(), key=lambda e: e.name == MARKER):
+                        rename_noreplace(entry, out / entry.name)
+                else:
+                    rename_noreplace(staging, out)
             except FileExistsError:
                 raise DataError("appeared while importing; left as it is", path=out) from None
     finally:
