@@ -193,3 +193,23 @@ def test_resume_with_a_higher_max_steps_trains_on(config_file: Path, tmp_path: P
     code, _, err = vlattn_cli(*resume(run))
     assert code == 0, err
     assert "nothing to train: step 5 has reached train.max_steps=5" in caplog.text
+
+
+# --- eval outputs -----------------------------------------------------------------------------------------
+
+
+def test_eval_writes_only_into_its_own_output_directory(tiny_run: Path, tmp_path: Path, vlattn_cli) -> None:
+    """``RUN/eval`` created by vlattn is reused; a user's folder there stays, after the metrics are printed."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    shutil.rmtree(run / "eval", ignore_errors=True)
+    args = ["--threads", "1", "eval", "--checkpoint", str(run), "--device", "cpu", "--beam-size", "1"]
+    for _ in range(2):  # created, then its own files replaced
+        code, out, err = vlattn_cli(*args)
+        assert code == 0 and "CIDEr" in out, err
+    shutil.rmtree(run / "eval")
+    (run / "eval").mkdir()
+    (run / "eval" / "test_metrics.json").write_text("my own table")
+    code, out, err = vlattn_cli(*args)
+    refused(code, err, "eval: not an output directory of vlattn eval")
+    assert "CIDEr" in out and tree(run / "eval") == {"test_metrics.json": b"my own table"}

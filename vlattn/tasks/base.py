@@ -9,10 +9,11 @@ model kinds declare the task they serve (:class:`vlattn.models.ModelKind`). The 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,8 +22,8 @@ from torch import nn
 
 from vlattn.config import Config, ModelConfig
 from vlattn.data.features import FeatureStore
-from vlattn.errors import ConfigError
-from vlattn.io import read_marker
+from vlattn.errors import ConfigError, DataError
+from vlattn.io import MARKER, new_id, read_marker, write_marker, writing
 from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
 from vlattn.training.stage import Stage
@@ -79,8 +80,9 @@ class Task(Protocol):
     - ``check(cfg)``: validate, when a config loads, what the task reads from it (e.g. build the model on the
       meta device), raising a one-line ``ConfigError`` naming the key; the generic checks (task name, model
       kind's task, each stage's schedule) are done by :mod:`vlattn.validation`.
-    - ``evaluate(checkpoint, request)``: score a trained model on a split, write predictions and metrics under
-      :func:`output_dir`, return a JSON-able report; ``format_report`` renders it as a table.
+    - ``evaluate(checkpoint, request)``: score a trained model on a split, pass the report to
+      ``request.shown`` before writing predictions and metrics under :func:`output_dir` (:func:`claim_output_dir`),
+      return the JSON-able report; ``format_report`` renders it as a table.
     - ``profile(cfg, shapes)``: parameters, FLOPs and latency of the config's model (a JSON-able report);
       ``profile_shapes`` are the input shapes ``vlattn profile`` uses for the options not given.
     - ``create_model(cfg, vocab_size=, num_answers=)``: the config's model, randomly initialised, for vocabularies
@@ -107,6 +109,25 @@ def output_dir(checkpoint: Checkpoint) -> Path:
     ``CHECKPOINT/eval``."""
     parent = checkpoint.path.parent
     return (parent.parent if parent.name == "checkpoints" else checkpoint.path) / "eval"
+
+
+EVAL_OUTPUTS = "eval-outputs"  # marker kind of an output directory of `vlattn eval`
+
+
+def claim_output_dir(path: Path) -> Path:
+    """``path`` (:func:`output_dir`) ready for the outputs of an evaluation: created and marked by vlattn, or one
+    it marked before (its files are replaced by the next evaluation); a directory of the user's there is left as
+    it is with a one-line error."""
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()  # never exist_ok: a directory that is already there is checked below
+            write_marker(path, EVAL_OUTPUTS, id=new_id())
+    marker = None if path.is_symlink() else read_marker(path)
+    if marker is None or marker["kind"] != EVAL_OUTPUTS:
+        raise DataError(f"not an output directory of vlattn eval (no {MARKER} of kind {EVAL_OUTPUTS}); vlattn leaves "
+                        "it as it is: move it away to write the evaluation's files", path=path)
+    return path
 
 
 def check_feature_dim(cfg: ModelConfig, store_dim: int | None) -> None:

@@ -61,7 +61,15 @@ from vlattn.models.profile import (
     latency,
 )
 from vlattn.precision import Precision, autocast, compile_layers
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, content_hash, output_dir, store_fingerprint
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
@@ -469,6 +477,7 @@ class Captioning:
             "predictions": str(out / f"{split}_predictions.json"),
         }
         request.shown(report)
+        claim_output_dir(out)
         write_predictions(out / f"{split}_predictions.json", predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report

@@ -72,7 +72,15 @@ from vlattn.models.profile import (
     random_regions,
 )
 from vlattn.scoring.vqa import write_vqa_results
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, content_hash, output_dir, store_fingerprint
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -427,6 +435,7 @@ class VisualQuestionAnswering:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
             report.update(unanswerable=unanswerable, **evaluate_vqa(predictions, annotations).to_dict())
         request.shown(report)
+        claim_output_dir(out)
         write_vqa_results(results, predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
