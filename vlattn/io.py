@@ -144,7 +144,7 @@ def make_temporary_dir(path: Path) -> Path:
     """A new temporary directory ``.<name>.<pid>.<id>.tmp`` next to ``path``, marked ``temporary`` with its id."""
     ident = new_id()
     tmp = path.parent / f".{path.name}.{os.getpid()}.{ident}.tmp"
-    with writing(tmp):
+    with writing(path):
         os.mkdir(tmp)  # mode 0o777 under the umask, as mkdir(1)
         try:
             fd = os.open(tmp / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
