@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from vlattn.errors import DataError, WriteError
 
@@ -418,3 +419,14 @@ def atomic_write_text(path: str | Path, text: str, *, replace: bool | Check = Tr
     """Replace ``path`` with ``text`` atomically (UTF-8); ``replace`` as for :func:`atomic_path`."""
     with atomic_path(path, replace=replace) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def state_sha256(state: Mapping[str, Any]) -> str:
+    """SHA-256 of a model's state (name -> tensor): names, dtypes, shapes and values in name order, so the same
+    weights hash alike whatever file format they were saved in."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        array = state[name].detach().cpu().contiguous().numpy()
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
