@@ -245,8 +245,35 @@ def run_copy(ws: Workspace, *, locked: bool = False, swapped_words: bool = False
     return run
 
 
-def resume(ws: Workspace, *extra: str, **copy: bool) -> list[str]:
-    return ["train", "--out", str(run_copy(ws, **copy)), "--resume", "--device", "cpu", *extra]
+def resume(ws: Workspace, *extra: str, foreign_file: bool = False, **copy: bool) -> list[str]:
+    run = run_copy(ws, **copy)
+    if foreign_file:
+        (run / "checkpoints" / "last" / "notes.txt").write_text("mine")
+    return ["train", "--out", str(run), "--resume", "--device", "cpu", *extra]
+
+
+def with_lock(ws: Workspace, name: str, text: str | None) -> Path:
+    """A directory holding only ``.lock``: the user's file with ``text``, or (None) a link to a file of theirs."""
+    path = empty_dir(ws, name)
+    if text is None:
+        (path / ".lock").symlink_to(Path(written(ws, "victim", "IMPORTANT")))
+    else:
+        (path / ".lock").write_text(text)
+    return path
+
+
+def other_data(ws: Workspace) -> Path:
+    """The tiny data set's files with other region features."""
+    from tests.training.conftest import make_tiny_data
+
+    return make_tiny_data(ws.path("other"), seed=1)
+
+
+def synth_set(ws: Workspace, name: str, planted: str) -> Path:
+    """A tiny synthetic set with the user's file ``planted`` inside it."""
+    generate(ws.path(name), 12, feature_dim=8, val_size=2, test_size=2, extractor_epochs=1)
+    (ws.path(name) / planted).write_text("{}")
+    return ws.path(name)
 
 
 def damaged_state(ws: Workspace, damage: str) -> list[str]:
@@ -488,6 +515,20 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "non-finite loss": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")),
                                    "--device", "cpu", "--set", "train.schedule={name: constant, options: {lr: 1.0e+30}}",
                                    "--set", "train.epochs=2"],
+    "a lock file vlattn did not write": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                                    str(with_lock(ws, "shared", "my notes")), "--device", "cpu"],
+    "a linked lock file": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                      str(with_lock(ws, "shared", None)), "--device", "cpu"],
+    "a checkpoint holding the user's files": lambda ws: resume(ws, "--set", "train.epochs=2", foreign_file=True),
+    "resume on another data set": lambda ws: resume(ws, "--set", f"data.root={other_data(ws)}"),
+    "a user's file in a subfolder": lambda ws: ["data", "synth", "--out", str(synth_set(ws, "s", "vqa/my_labels.json")),
+                                                "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8",
+                                                "--epochs", "1", "--overwrite"],
+    "`--per-image` onto an existing file": lambda ws: ["score", "--results", written(ws, "R.json", "[]"),
+                                                      "--annotations", written(ws, "A.json", "{}"), "--per-image",
+                                                      str(ws.path("A.json"))],
+    "dictionary `--overwrite` onto another file": lambda ws: catt_dictionary(
+        ws, "--out", written(ws, "notes.npz", "my notes"), "--overwrite"),
     "image file without an id": lambda ws: extract(ws, written(ws, "beach.png", b"")),
     "unknown extractor": lambda ws: extract(ws, written(ws, "photo_1.png", b""), extractor="sift"),
     "weights file missing": lambda ws: extract(ws, written(ws, "photo_1.png", b""), weights=str(ws.path("nowhere.pt"))),
@@ -497,7 +538,8 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
-              "`--overwrite` killed between its two renames",
+              "`--overwrite` killed between its two renames", "destination appearing while writing",
+              "nothing left to train", "disk full", "file-size limit", "read-only directory",
               "line breaks inside a caption", "Java tokenizer returns another line count",
               "a VQA checkpoint for captioning", "a decoding option for a VQA checkpoint",
               "question without words", "Ctrl-C or SIGTERM during training",

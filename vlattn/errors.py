@@ -33,6 +33,18 @@ def one_line(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+class WriteError(VlattnError):
+    """Writing a file or directory failed (disk full, a file-size limit, a read-only or forbidden place):
+    ``<path>: cannot write: <reason>``. What was there before is kept."""
+
+    def __init__(self, path: object, reason: BaseException | str) -> None:
+        if isinstance(reason, OSError):
+            reason = reason.strerror or str(reason)
+        text = " ".join(str(reason).split()) or "write failed"
+        super().__init__(f"{path}: cannot write: {text}")
+        self.path = path
+
+
 class ConfigError(VlattnError):
     """A config file or override that does not match the config dataclasses."""
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,13 @@ def resume_target(run_dir: str | Path, task: str | None) -> tuple[str, str | Non
 def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> dict[str, Any]:
     """Evaluate a checkpoint (or run directory) of any task; the report's ``task`` names the task."""
     loaded = load_checkpoint(checkpoint)
-    return {"task": loaded.config.task, **task_of(loaded.config.task).evaluate(loaded, request)}
+    task, show, shown = loaded.config.task, request.show, []
+    if show is not None:
+        request = dataclasses.replace(request, show=lambda report: shown.append(show({"task": task, **report})))
+    report = {"task": task, **task_of(task).evaluate(loaded, request)}
+    if show is not None and not shown:  # a task that writes before it shows: shown once it is done
+        show(report)
+    return report
 
 
 def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | Answerer:

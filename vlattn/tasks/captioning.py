@@ -63,7 +63,15 @@ from vlattn.models.profile import (
     latency,
 )
 from vlattn.precision import Precision, autocast, compile_layers
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice, recorded_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -107,6 +115,12 @@ class CaptionData:
     def vocabularies(self) -> dict[str, Vocabulary]:
         """The named vocabularies a checkpoint of this task stores: ``words``."""
         return {"words": self.vocab}
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the data set holds (every split's captions; the feature store's ids and dimension): a
+        resumed run must find the same ones."""
+        entries = [(e.image_id, e.split, e.captions) for split in SPLITS for e in self.entries.get(split, [])]
+        return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
         """One item per training (image, caption) pair."""
@@ -535,7 +549,6 @@ class Captioning:
             scores["scores"].update(bias["scores"])
             scores["bias"] = bias
         out = output_dir(checkpoint)
-        write_predictions(out / f"{split}_predictions.json", predictions)
         report = {
             "split": split,
             "checkpoint": str(checkpoint.path),
@@ -548,6 +561,9 @@ class Captioning:
             **scores,
             "predictions": str(out / f"{split}_predictions.json"),
         }
+        request.shown(report)
+        claim_output_dir(out)
+        write_predictions(out / f"{split}_predictions.json", predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 

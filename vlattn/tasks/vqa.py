@@ -70,7 +70,15 @@ from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -128,6 +136,14 @@ class VQAData:
             max_regions=cfg.max_regions, max_question_len=cfg.max_question_len,
             unanswerable="skip" if training else "keep", source=split.sources[0], zero_image=cfg.zero_image,
         )
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the training split holds (questions, annotations) and of the feature store's ids and
+        dimension: a resumed run must find the same ones."""
+        train = self.split("train")
+        annotations = sorted((train.annotations or {}).items())
+        return {"questions": content_hash(train.questions), "annotations": content_hash(annotations),
+                "features": store_fingerprint(self.store)}
 
     def train_set(self) -> VQADataset:
         """The training questions with at least one candidate answer (the others are counted in ``skipped``)."""
@@ -453,12 +469,6 @@ class VisualQuestionAnswering:
         predictions = answer_dataset(model, dataset, answers, batch_size=cfg.eval.batch_size, device=dev)
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
-        external = data.split(split).external_ids
-        if external is None:
-            write_vqa_results(results, predictions)
-        else:  # GQA's submission format, its own question ids
-            write_json(results, [{"questionId": external[qid], "prediction": answer}
-                                 for qid, answer in sorted(predictions.items())])
         report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
                                   "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
@@ -467,6 +477,14 @@ class VisualQuestionAnswering:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
             report.update(unanswerable=unanswerable, format=cfg.data.format,
                           **evaluate_vqa(predictions, annotations).to_dict())
+        request.shown(report)
+        claim_output_dir(out)
+        external = data.split(split).external_ids
+        if external is None:
+            write_vqa_results(results, predictions)
+        else:  # GQA's submission format, its own question ids
+            write_json(results, [{"questionId": external[qid], "prediction": answer}
+                                 for qid, answer in sorted(predictions.items())])
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 

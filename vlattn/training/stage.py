@@ -74,8 +74,9 @@ class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
     hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
-    to ``metrics.jsonl`` as a ``data`` record once the training set is built, and ``feature_extractor`` (the
-    extractor record of its feature store, or None), which every checkpoint records."""
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built, ``feature_extractor`` (the
+    extractor record of its feature store, or None), which every checkpoint records, and ``fingerprint() -> dict``
+    (hashes of what the data set holds), which every checkpoint records and a resumed run must match."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -154,6 +155,23 @@ def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | N
     return None
 
 
+def data_fingerprint(data: StageData) -> dict[str, str]:
+    """The data object's ``fingerprint()`` (hashes of what the data set holds), or {} if it offers none."""
+    fingerprint = getattr(data, "fingerprint", None)
+    return {} if fingerprint is None else dict(fingerprint())
+
+
+def check_same_data(recorded: Mapping[str, str] | None, found: Mapping[str, str], cfg: Config) -> None:
+    """A resumed run must train on the data set it was trained on (it may have moved: ``data.root`` may change)."""
+    if recorded is None:
+        return
+    differ = sorted(key for key in set(recorded) | set(found) if recorded.get(key) != found.get(key))
+    if differ:
+        raise ConfigError(f"cannot resume: data.root={cfg.data.root} holds another data set than the run was trained "
+                          f"on ({', '.join(differ)} differ); point data.root at the run's data set, or start a new "
+                          "run with --init to reuse its weights")
+
+
 def run_stage(
     stage: Stage, cfg: Config | None, run_dir: str | Path, *, overrides: Sequence[str] = (), resume: bool = False,
     device: str = "auto", init: str | Path | None = None,
@@ -170,6 +188,7 @@ def run_stage(
     with contextlib.ExitStack() as held:
 
         def begin() -> Start:  # rank 0, shared with the other ranks
+            run.check_claimable(resume)  # before the lock file is created in a directory that is not the run's
             held.enter_context(run.locked())
             return run.begin(cfg, overrides, resume=resume)
 
@@ -188,6 +207,10 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     resuming = start.resume_from is not None and source is not None and source.train_state is not None
     torch.manual_seed(cfg.train.seed)
     data = stage.load_data(cfg, source)
+    fingerprint = data_fingerprint(data)
+    if resuming:
+        assert source is not None and source.train_state is not None
+        check_same_data(source.train_state.get("data"), fingerprint, cfg)
     model = stage.build_model(cfg, data)
     prepared: list[str] = []
     if source is not None:
@@ -205,7 +228,8 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     extractor = getattr(data, "feature_extractor", None)  # optional: the training store's extractor record
 
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, extractor)
+        state = {**train_state, "data": fingerprint}
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, state, extractor, owner=run.run_id)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
@@ -245,12 +269,11 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     if resuming:
         assert source is not None and source.train_state is not None
         try:
-            loop = {"batch_size": value_at(source.config, stage.batch_size), **source.train_state["loop"]}
-            trainer.restore({**source.train_state, "loop": loop})
+            trainer.restore(source.train_state)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
             raise DataError(f"malformed training state ({type(err).__name__}: {one_line(err)}); resume from "
                             "another checkpoint or start a new run with --init", path=source.path / STATE_FILE) from None
-        keep = trainer.state.log_records if trainer.state.log_records >= 0 else run.log_records(trainer.state.step)
+        keep = trainer.state.log_records
     # every check has passed: from here on the run's files change
     if ctx.is_main:
         report(start)
