@@ -42,13 +42,12 @@ from vlattn.data.features.cache import CachedStore
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
-from vlattn.decoding import beam_search, greedy_decode
+from vlattn.decoding import PackedOutput, beam_search, greedy_decode
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.layers.dropout import use_dropout_mask
-from vlattn.layers.packed import use_packed_output
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -140,7 +139,7 @@ def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) ->
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
     model = build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
-    return use_packed_output(use_dropout_mask(model, cfg.model.dropout_mask), cfg.eval.packed_output)
+    return use_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
@@ -157,20 +156,23 @@ def decode_dataset(
     batch_size: int = 50,
     device: torch.device = torch.device("cpu"),
     precision: Precision = "fp32",
+    packed_output: bool = False,
 ) -> dict[int, str]:
     """Caption every image of ``dataset``: greedy when ``beam_size == 1``, else beam search (best beam), under
-    the autocast of ``precision``."""
+    the autocast of ``precision``; ``packed_output``: through :class:`~vlattn.decoding.packed.PackedOutput`
+    (``eval.packed_output``)."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
     predictions: dict[int, str] = {}
     model.eval()
+    generator = PackedOutput(model) if packed_output else model
     with torch.no_grad(), autocast(precision, device):
         for batch in loader:
             inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             if beam_size <= 1:
-                tokens = greedy_decode(model, inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
+                tokens = greedy_decode(generator, inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
             else:
                 tokens = beam_search(
-                    model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
+                    generator, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
                     length_penalty=length_penalty,
                 ).tokens[:, 0]
             for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
@@ -245,7 +247,7 @@ def make_validator(cfg: Config, data: CaptionData, device: torch.device) -> Vali
     def validate(model: nn.Module) -> dict[str, float]:
         predictions = decode_dataset(
             model, dataset, data.vocab, beam_size=beam, max_len=cfg.eval.max_len, batch_size=cfg.eval.batch_size,
-            device=device,
+            device=device, packed_output=cfg.eval.packed_output,
         )
         report = score_predictions(
             predictions, references, collapse_repeats=cfg.eval.collapse_repeats, metrics=VAL_METRICS,
@@ -340,7 +342,7 @@ def _decode(
     cfg = checkpoint.config.eval
     return decode_dataset(
         model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
-        batch_size=cfg.batch_size, device=device, precision=cfg.precision,
+        batch_size=cfg.batch_size, device=device, precision=cfg.precision, packed_output=cfg.packed_output,
     )
 
 
