@@ -12,6 +12,7 @@ import torch
 from tests.models.conftest import BOS, EOS, VOCAB, model_inputs, tiny_captioner, tiny_inputs
 from torch import nn
 
+import vlattn
 from vlattn.decoding import PackedOutput, beam_search, greedy_decode, sample
 from vlattn.decoding.active import ActiveImages
 from vlattn.layers import packed
@@ -156,3 +157,21 @@ def test_samples_draw_from_the_same_distribution() -> None:
                         generator=torch.Generator().manual_seed(8)) for generator in (model, PackedOutput(model))]
     assert torch.equal(drawn[0].tokens, drawn[1].tokens)
     assert torch.allclose(drawn[0].log_probs, drawn[1].log_probs, atol=1e-5)
+
+
+@needs_onednn
+def test_the_public_captioner_packs_when_its_config_says_so(tiny_run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vlattn.load(...).caption(...)`` decodes through the wrapper exactly when ``eval.packed_output`` is on: the
+    same captions, scores to float rounding."""
+    calls = []
+    original = PackedWeight.weight
+    monkeypatch.setattr(PackedWeight, "weight", lambda self, layer: calls.append(1) or original(self, layer))
+    captioner = vlattn.load(tiny_run, device="cpu")
+    store = tiny_run.parent / "data" / "features"
+    assert not captioner.config.eval.packed_output
+    plain = captioner.caption(store=store)
+    assert not calls
+    captioner.config.eval.packed_output = True
+    fast = captioner.caption(store=store)
+    assert calls and [c.token_ids for c in fast] == [c.token_ids for c in plain]
+    assert [c.score for c in fast] == pytest.approx([c.score for c in plain], abs=1e-4)
