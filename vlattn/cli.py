@@ -160,21 +160,29 @@ def answer(
 
 @app.command("import-checkpoint")
 def import_checkpoint(
-    source: Path = typer.Argument(..., help="The released checkpoint file (.pth); its state_dict entry is read."),
-    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer)."),
-    vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
+    source: Path = typer.Argument(..., help="The released checkpoint: a .pth file (m2-official); a directory with "
+                                  "config.json + model.safetensors or pytorch_model.bin, or a weights file (lxmert-hf)."),
+    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer), "
+                            "lxmert-hf (LXMERT in transformers' or the released code's names)."),
+    vocab: Optional[Path] = typer.Option(
+        None, "--vocab", help="Word list, one word per line in index order (m2-official: docs/m2-official.md; "
+        "lxmert-hf: BERT's vocab.txt, default SOURCE/vocab.txt)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
-    heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
+    heads: Optional[int] = typer.Option(None, help="Attention heads when the checkpoint does not record them "
+                                        "(m2-official: 8; lxmert-hf: config.json's, else 12)."),
+    answers: Optional[Path] = typer.Option(
+        None, "--answers", help="lxmert-hf: the answer head's labels, a JSON list in label order (LXMERT's "
+        "trainval_label2ans.json); default: config.json's id2label."),
     config: Optional[str] = typer.Option(
         None, "--config", "-c", help="Preset or YAML whose data/train/eval sections the run uses (default: the released "
         "evaluation settings); the model section comes from the checkpoint."),
 ) -> None:
-    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, SCST)."""
+    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, answer, SCST)."""
     from vlattn.config import load_config
     from vlattn.importers import import_checkpoint as run_import
 
     base = load_config(config) if config is not None else None
-    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base)))
+    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base, answers=answers)))
 
 
 @config_app.command("list")

@@ -28,6 +28,7 @@ recovery and configuration rules are those of :mod:`vlattn.training.rundir`.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,20 +184,24 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
+    dataset = stage.train_set(cfg, data)
+    epochs, batch_size = value_at(cfg, stage.epochs), value_at(cfg, stage.batch_size)
+    total_steps = max(epochs * (math.ceil(len(dataset) / batch_size) // ctx.world_size), 1)
+    schedule = build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule,
+                              total_steps=total_steps)
     trainer = Trainer(
         model=model,
         optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
-        schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
-                        lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
+        schedule=Scaled(schedule, lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
-        dataset=stage.train_set(cfg, data),
+        dataset=dataset,
         collate=stage.collate,
         validate=stage.validator(cfg, data, dev),
         write_checkpoint=write_checkpoint,
         options=LoopOptions(
             stage=stage.name,
-            epochs=value_at(cfg, stage.epochs),
-            batch_size=value_at(cfg, stage.batch_size),
+            epochs=epochs,
+            batch_size=batch_size,
             seed=train.seed,
             selection_metric=stage.selection_metric,
             grad_clip=train.grad_clip,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from PIL import Image
 
 from vlattn.data import vqa
@@ -12,11 +13,13 @@ from vlattn.data.features import write_memmap
 from vlattn.data.jsonfiles import write_json
 from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
 from vlattn.data.text import tokenize
+from vlattn.io import atomic_write_text
 
 from .confound import Confound, cooccurrence
 from .cooccur import cooccurrence_statistics
 from .evidence import evidence_statistics
 from .featurize import Featurized
+from .pairs import gqa_record, nlvr2_records, wordpiece_entries
 from .sample import Sample
 
 IMAGE_DIR = "images"
@@ -114,3 +117,30 @@ def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) ->
         "cooccurrence": cooccurrence_statistics(shapes, confound.cooccur),
         "evidence": evidence_statistics(seen, [b for _, b in confound.cooccur]),
     })
+
+
+def write_gqa(root: Path, samples: Sequence[Sample]) -> None:
+    """``gqa/<split>_balanced_questions.json`` in GQA's layout (:mod:`.pairs`); question ids as the VQA files'."""
+    for split in SPLITS:
+        records = {
+            str(question_id(s.scene.image_id, k)): gqa_record(s.scene.image_id, question)
+            for s in samples if s.scene.split == split for k, question in enumerate(s.questions)
+        }
+        write_json(root / "gqa" / f"{split}_balanced_questions.json", records)
+
+
+def write_nlvr2(root: Path, samples: Sequence[Sample], seed: int) -> list[str]:
+    """``nlvr2/<split>.json`` in LXMERT's NLVR2 layout (:mod:`.pairs`); returns the statements."""
+    rng = np.random.default_rng([seed, 2])
+    sentences = []
+    for split in SPLITS:
+        records = nlvr2_records(split, [s.scene for s in samples if s.scene.split == split], rng)
+        write_json(root / "nlvr2" / f"{split}.json", records)
+        sentences += [r["sent"] for r in records]
+    return sentences
+
+
+def write_wordpiece_vocab(root: Path, samples: Sequence[Sample], statements: Sequence[str]) -> None:
+    """``vocab.txt``: a BERT WordPiece vocabulary of every synthetic question, statement and caption."""
+    texts = [q.question for s in samples for q in s.questions] + [c for s in samples for c in s.captions]
+    atomic_write_text(root / "vocab.txt", "\n".join(wordpiece_entries([*texts, *statements])) + "\n")
