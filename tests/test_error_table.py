@@ -87,6 +87,13 @@ def evaluate(ws: Workspace, *extra: str) -> list[str]:
     return ["eval", "--checkpoint", str(ws.run), "--device", "cpu", *extra]
 
 
+def extract(ws: Workspace, image: str, *flags: str, extractor: str = "grid", weights: str = "random") -> list[str]:
+    """``vlattn features extract`` of ``image`` with a small randomly initialised grid extractor."""
+    return ["features", "extract", "--images", image, "--out", str(ws.path("feats")), "--extractor", extractor,
+            "--weights", weights, "--set", "arch=resnet18", "--set", "size=32", "--no-progress", "--device", "cpu",
+            *flags]
+
+
 def sentence(cocoid: int, split: str, raw: str) -> dict:
     return {"cocoid": cocoid, "split": split, "sentences": [{"raw": raw}]}
 
@@ -299,6 +306,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "unknown split": lambda ws: evaluate(ws, "--split", "dev"),
     "beam size below 1": lambda ws: evaluate(ws, "--beam-size", "0"),
     "beam size above the vocabulary": lambda ws: evaluate(ws, "--beam-size", "100000"),
+    "beam size not a number": lambda ws: evaluate(ws, "--beam-size", "wide"),
+    "beam size auto without val images": lambda ws: evaluate(ws, "--beam-size", "auto", "--data", str(ws.karpathy(
+        "noval", [sentence(130, "test", "a red circle"), sentence(100, "train", "a red circle")]))),
     "device without CUDA": lambda ws: evaluate(ws, "--device", "cuda"),
     "not a device": lambda ws: evaluate(ws, "--device", "gpu"),
     "image ids not in the store": lambda ws: ["caption", "--checkpoint", str(ws.run), "--features",
@@ -410,6 +420,12 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "other.yaml", (ws.run.parent / "tiny.yaml").read_text().replace("num_heads: 2", "num_heads: 4"))),
     "resume in another stage": lambda ws: resume(ws, "--stage", "scst"),
     "the run's vocabulary changed": lambda ws: resume(ws, swapped_words=True),
+    "image file without an id": lambda ws: extract(ws, written(ws, "beach.png", b"")),
+    "unknown extractor": lambda ws: extract(ws, written(ws, "photo_1.png", b""), extractor="sift"),
+    "weights file missing": lambda ws: extract(ws, written(ws, "photo_1.png", b""), weights=str(ws.path("nowhere.pt"))),
+    "unreadable image": lambda ws: extract(ws, written(ws, "photo_9.png", b"\x89PNG broken"), "--strict"),
+    "image files for a run without an extractor record": lambda ws: [
+        "caption", "--checkpoint", str(ws.run), "--images", written(ws, "photo_1.png", b""), "--device", "cpu"],
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
@@ -417,7 +433,8 @@ NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
               "line breaks inside a caption", "Java tokenizer returns another line count",
               "a VQA checkpoint for captioning", "a decoding option for a VQA checkpoint",
               "question without words", "Ctrl-C or SIGTERM during training",
-              "kill -9 during the first checkpoint write", "another `batch_size` on resume"}
+              "kill -9 during the first checkpoint write", "another `batch_size` on resume",
+              "another extractor than the run's"}
 
 
 def test_every_row_is_checked() -> None:

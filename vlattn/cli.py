@@ -14,8 +14,8 @@ from typing import List, Optional
 import typer
 
 from vlattn.catt.cli import app as catt_app
-from vlattn.data.cli import app as data_app
-from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.data.cli import StoreFormat, app as data_app
+from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
 from vlattn.scoring.cli import score
 
 app = typer.Typer(help="Attention-based vision-language models: captioning and VQA over region features.",
@@ -23,6 +23,8 @@ app = typer.Typer(help="Attention-based vision-language models: captioning and V
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
 app.add_typer(catt_app, name="catt", help="Causal Attention: k-means dictionaries ahead of training.")
+features_app = typer.Typer(help="Region features from image files.", no_args_is_help=True)
+app.add_typer(features_app, name="features", help="Region features from image files (vlattn features extract).")
 config_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(config_app, name="config", help="The shipped presets and resolved configs.")
 app.command()(score)
@@ -42,6 +44,21 @@ CONFIG_HELP = "Preset name (`vlattn config list`) or YAML/JSON config file."
 CONFIG = typer.Option(..., "--config", "-c", help=CONFIG_HELP)
 SET = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
+BEAM_SIZE = typer.Option(
+    None, help="Beam size (1 = greedy), or auto: the size among eval.beam_candidates with the best validation "
+               "CIDEr-D (recorded after training, else chosen now). Default: eval.beam_size of the config.")
+
+
+def beam_size_option(value: str | None) -> int | str | None:
+    """``--beam-size``: None, ``auto`` or a whole number (checked against the vocabulary by the task)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--beam-size: expected a whole number or auto, got {value!r}") from None
+
+
 PACKED_OUTPUT = typer.Option(
     None, "--packed-output/--plain-output",
     help="CPU decoding: the vocabulary projection with oneDNN from a weight packed once (default: eval.packed_output "
@@ -76,12 +93,59 @@ def train(
     typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
+@app.command()
+def explain(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="Run directory or checkpoint."),
+    image_id: int = typer.Option(..., "--image-id", help="Image id in the run's feature store."),
+    out: Path = typer.Option(..., "--out", "-o", help="New directory for index.html and its PNGs."),
+    question: Optional[str] = typer.Option(None, help="The question (VQA checkpoints)."),
+    image: Optional[Path] = typer.Option(None, help="The picture to draw the boxes on (default: the data set's)."),
+    device: str = DEVICE,
+) -> None:
+    """What the model attends to for one image: the caption (or answer) and, per word, the attention over the
+    regions and each mechanism's own view, as OUT/index.html (opens from disk; matplotlib: the viz extra)."""
+    from vlattn.viz.explain import explain as run
+
+    typer.echo(f"wrote {run(checkpoint, image_id, out, question=question, image=image, device=device)}")
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their best checkpoints and eval outputs)."),
+    split: str = typer.Option("test", help="The evaluated split whose metrics are shown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write a bar chart (a new .png file)."),
+    repeats: int = typer.Option(3, min=1, max=100, help="Latency measurements (median)."),
+) -> None:
+    """The runs side by side: test metrics (from `vlattn eval`), parameters, backbone MAdds, inference FLOPs and
+    latency, measured alike for every run."""
+    from vlattn.viz.compare import chart, compare as measure, table
+    from vlattn.viz.figures import write_new_png
+
+    columns, rows = measure(runs, split, repeats)
+    typer.echo(table(columns, rows))
+    if out is not None:
+        write_new_png(out, chart(columns, rows))
+        typer.echo(f"wrote {out}")
+
+
+@app.command()
+def plot(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),
+) -> None:
+    """Training curves of one or more runs: loss and learning rate per step, each validation metric per epoch,
+    the runs overlaid (matplotlib: the viz extra)."""
+    from vlattn.viz.curves import write_plot
+
+    typer.echo(f"wrote {write_plot(runs, out)}")
+
+
 @app.command("eval")
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
     split: Optional[str] = typer.Option(None, help="Split to score (default: the task's; captioning: test)."),
     data: Optional[Path] = typer.Option(None, help="Data root (default: the one in the checkpoint's config)."),
-    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    beam_size: Optional[str] = BEAM_SIZE,
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object on stdout."),
     device: str = DEVICE,
     packed_output: Optional[bool] = PACKED_OUTPUT,
@@ -90,25 +154,82 @@ def evaluate(
     CIDEr-D, SPICE if possible)."""
     from vlattn.tasks import EvalRequest, evaluate as run_eval, format_report
 
-    request = EvalRequest(split=split, data_root=data, beam_size=beam_size, device=device, packed_output=packed_output)
+    request = EvalRequest(split=split, data_root=data, beam_size=beam_size_option(beam_size), device=device,
+                          packed_output=packed_output)
     report = run_eval(checkpoint, request)
     typer.echo(json.dumps(report) if as_json else format_report(report))
+
+
+EXTRACTOR = typer.Option(None, "--extractor", help="The extractor the run was trained with (checked; default: the "
+                         "one its feature store recorded).")
+EXTRACTOR_WEIGHTS = typer.Option(None, "--weights", help="The extractor's weights when they are not where the run's "
+                                 "store recorded them (their SHA-256 is checked).")
 
 
 @app.command()
 def caption(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory."),
-    features: Path = typer.Option(..., help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, self-critical dirs, TSV, LMDB."),
+    features: Optional[Path] = typer.Option(None, help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, "
+                                            "self-critical dirs, TSV, LMDB."),
+    images: Optional[List[Path]] = typer.Option(None, "--images", help="Image files to caption instead (repeatable): "
+                                                "features made on the fly with the run's extractor."),
     ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
-    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    beam_size: Optional[str] = BEAM_SIZE,
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
     packed_output: Optional[bool] = PACKED_OUTPUT,
 ) -> None:
-    """Caption images from a feature store; prints COCO results JSON ([{image_id, caption}])."""
+    """Caption images from a feature store or image files; prints COCO results JSON ([{image_id, caption}])."""
     from vlattn.tasks.captioning import caption as run_caption
 
-    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
-                                       packed_output=packed_output)))
+    rows = run_caption(checkpoint, features, ids or None, beam_size=beam_size_option(beam_size), device=device,
+                       packed_output=packed_output, images=images or None, extractor=extractor, weights=weights)
+    typer.echo(json.dumps(rows))
+
+
+@features_app.command("extract")
+def features_extract(
+    images: List[Path] = typer.Option(..., "--images", help="Image files or directories of them (repeatable); the "
+                                      "image id is the last run of digits of each file name."),
+    out: Path = typer.Option(..., "--out", "-o", help="Feature store to write; an existing store of the same "
+                             "extractor is completed (its images are skipped)."),
+    extractor: str = typer.Option(..., "--extractor", help="grid (ResNet grid), regions (Faster R-CNN boxes), synth "
+                                  "(the synthetic set's CNN)."),
+    weights: Optional[str] = typer.Option(
+        None, "--weights", help="A weights file, torchvision[:NAME] (downloaded by torchvision on first use) or "
+        "random[:SEED]; synth: the data set's directory or extractor.safetensors. Default: torchvision's DEFAULT "
+        "weights (grid, regions)."),
+    settings: Optional[List[str]] = typer.Option(
+        None, "--set", help="Extractor setting key=value (repeatable): grid: arch, grid, size; regions: arch, "
+        "min_size, max_size, score_threshold, nms, min_boxes, max_boxes, pool; synth: grid."),
+    format: StoreFormat = typer.Option("memmap", "--format", help="Layout of the store."),
+    batch: int = typer.Option(8, "--batch", help="Images per forward pass."),
+    workers: int = typer.Option(2, "--workers", help="Threads decoding images ahead of the model (0: none)."),
+    device: str = DEVICE,
+    strict: bool = typer.Option(False, "--strict", help="An unreadable image is an error (nothing written) instead of "
+                                "being skipped and counted."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+) -> None:
+    """Extract region features from image files into a feature store (the extractor is recorded in it).
+
+    Ctrl-C writes what is done; the same command continues. Example:
+    vlattn features extract --images photos/ --out feats --extractor regions"""
+    from vlattn.config import apply_overrides
+    from vlattn.pixels.extract import extract_images
+    from vlattn.pixels.images import list_images
+    from vlattn.pixels.registry import build_extractor
+    from vlattn.pixels.weights import parse_weights
+    from vlattn.training.distributed import pick_device
+
+    files = list_images(images)
+    built = build_extractor(extractor, parse_weights(weights) if weights is not None else None,
+                            apply_overrides({}, settings or []), pick_device(device))
+    report = extract_images(files, out, built, format=format.value, batch=batch, workers=workers, strict=strict,
+                            progress=progress)
+    typer.echo(report.summary())
+    if report.interrupted:
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -144,17 +265,22 @@ def profile(
 @app.command()
 def answer(
     checkpoint: Path = typer.Option(..., help="VQA checkpoint directory or run directory (uses its best checkpoint)."),
-    features: Path = typer.Option(..., help="Feature store holding the image (any layout vlattn reads)."),
-    image_id: int = typer.Option(..., "--image-id", help="Image id in the feature store."),
+    features: Optional[Path] = typer.Option(None, help="Feature store holding the image (any layout vlattn reads)."),
+    image_id: Optional[int] = typer.Option(None, "--image-id", help="Image id in the feature store."),
+    image: Optional[Path] = typer.Option(None, "--image", help="An image file instead of --features/--image-id: "
+                                         "features made on the fly with the run's extractor."),
     question: str = typer.Option(..., help="The question, e.g. \"What color is the cube?\"."),
     top: int = typer.Option(5, help="Number of answers to list."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
 ) -> None:
     """Answer a question about one image: the top candidate answers with their scores (sigmoid, 0-1)."""
     from vlattn.tasks.vqa import answer as run_answer, format_answers
 
-    result = run_answer(checkpoint, features, image_id, question, top=top, device=device)
+    result = run_answer(checkpoint, features, image_id, question, top=top, device=device, image=image,
+                        extractor=extractor, weights=weights)
     typer.echo(json.dumps(result) if as_json else format_answers(result))
 
 

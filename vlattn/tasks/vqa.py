@@ -44,6 +44,8 @@ from vlattn.config import Config, DataConfig
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.record import store_extractor
+from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.regions import RegionSampler
 from vlattn.data.gqa import load_gqa_split
 from vlattn.data.vocab import Vocabulary
@@ -92,6 +94,11 @@ class VQAData:
     store: FeatureStore
     loaded: dict[str, VQASplit] = field(default_factory=dict)
     skipped: int | None = None  # training questions without a candidate answer (after :meth:`train_set`)
+
+    @property
+    def feature_extractor(self) -> dict[str, Any] | None:
+        """The extractor record of the feature store (None when it has none); every checkpoint keeps it."""
+        return store_extractor(self.root / self.config.features)
 
     @property
     def vocabularies(self) -> dict[str, Vocabulary | AnswerVocabulary]:
@@ -336,23 +343,32 @@ def results_name(cfg: Config, split: str) -> str:
 
 
 def answer(
-    checkpoint_path: str | Path, features: str | Path, image_id: int, question: str, *, top: int = 5,
-    device: str = "auto",
+    checkpoint_path: str | Path, features: str | Path | None, image_id: int | None, question: str, *, top: int = 5,
+    device: str = "auto", image: str | Path | None = None, extractor: str | None = None, weights: str | None = None,
 ) -> dict[str, Any]:
     """The ``top`` candidate answers (with their sigmoid scores) to ``question`` about image ``image_id`` of
-    the feature store ``features``; also the question's words as the model reads them (``<unk>`` for words
-    outside its vocabulary)."""
+    the feature store ``features``, or about the image file ``image`` (features made with the run's extractor,
+    :func:`vlattn.pixels.on_the_fly.extract_for_run`); also the question's words as the model reads them
+    (``<unk>`` for words outside its vocabulary)."""
     if top < 1:
         raise ConfigError(f"--top: must be >= 1, got {top}")
+    if (image is None) == (features is None or image_id is None):
+        raise ConfigError("give either --features with --image-id (a feature store) or --image (an image file)")
     checkpoint = load_checkpoint(checkpoint_path)
     words, answers = checkpoint_vocabularies(checkpoint)
     cfg = checkpoint.config
-    store = open_store(features)
-    if image_id not in store:
-        raise DataError("image id not in the feature store", path=features, item=image_id)
     if not question_tokens(question):
         raise DataError("the question has no words", item=question)
     dev = pick_device(device)
+    if image is not None:
+        store: FeatureStore = extract_for_run(checkpoint.extractor, [Path(image)], dev, extractor=extractor,
+                                              weights=weights)
+        image_id = 0
+    else:
+        assert features is not None and image_id is not None
+        store = open_store(features)
+        if image_id not in store:
+            raise DataError("image id not in the feature store", path=features, item=image_id)
     model = load_model(checkpoint, words, answers, store.dim, dev)
     dataset = VQADataset([Question(0, image_id, question)], None, store, words, None, max_regions=cfg.data.max_regions,
                          max_question_len=cfg.data.max_question_len, zero_image=cfg.data.zero_image)
@@ -361,6 +377,7 @@ def answer(
     read = [words.itos[i] for i in dataset[0]["question"]]
     return {
         "image_id": image_id,
+        **({"file": str(image)} if image is not None else {}),
         "question": question,
         "words": read,
         "answers": [{"answer": answers.itos[i], "score": round(float(s), 6)} for s, i in zip(best.values, best.indices)],
@@ -369,7 +386,8 @@ def answer(
 
 def format_answers(result: Mapping[str, Any]) -> str:
     """``vlattn answer``'s table: the question as read, then one line per answer with its score."""
-    lines = [f"image {result['image_id']}: {result['question']}", f"  read as: {' '.join(result['words'])}"]
+    lines = [f"image {result.get('file', result['image_id'])}: {result['question']}",
+             f"  read as: {' '.join(result['words'])}"]
     lines += [f"  {row['score']:.3f}  {row['answer']}" for row in result["answers"]]
     return "\n".join(lines)
 

@@ -61,7 +61,8 @@ class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
     hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
-    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built, and ``feature_extractor`` (the
+    extractor record of its feature store, or None), which every checkpoint records."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -92,6 +93,8 @@ class Stage(Generic[D]):
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
     - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
       cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
+    - ``finish(cfg, data, best, device)``: run on the main rank once training ends, with ``best`` the directory of
+      the run's best checkpoint (captioning: choose the beam size on validation), or None: nothing to do.
     """
 
     name: str
@@ -111,6 +114,7 @@ class Stage(Generic[D]):
     length_buckets: str | None = None
     needs_init: bool = False
     lr_scaling: bool = False
+    finish: Callable[[Config, D, Path, torch.device], None] | None = None
 
 
 def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | None) -> Checkpoint | None:
@@ -179,8 +183,10 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     if start.resume_from is not None and source is not None:
         run.check_vocabularies(source.hashes, vocabularies)
 
+    extractor = getattr(data, "feature_extractor", None)  # optional: the training store's extractor record
+
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state)
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, extractor)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
@@ -232,4 +238,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
         log.write("data", trainer.state.step, stage=stage.name, **summary())
     if prepared:
         log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
-    return trainer.fit(log)
+    metrics = trainer.fit(log)
+    if stage.finish is not None and ctx.is_main:
+        stage.finish(cfg, data, run.checkpoints / "best", dev)
+    return metrics

@@ -69,6 +69,7 @@ def generate(
         scenes.json                       options, extractor report, objects and regions per image
         features/                         memmap store: one D-dim vector per detection box
         grid_features/                    memmap store of the grid x grid cells (only if grid > 0)
+        extractor.safetensors             the region CNN (``vlattn features extract --extractor synth``)
         vqa/questions_<split>.json, vqa/annotations_<split>.json   VQA v2 layout
         gqa/<split>_balanced_questions.json   the same questions in GQA's layout (data/synth/pairs.py)
         nlvr2/<split>.json                statements about image pairs, LXMERT's NLVR2 layout

@@ -13,11 +13,12 @@ from vlattn.data.features import write_memmap
 from vlattn.data.jsonfiles import write_json
 from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
 from vlattn.data.text import tokenize
-from vlattn.io import atomic_write_text
+from vlattn.io import atomic_write_text, state_sha256
 
 from .confound import Confound, cooccurrence
 from .cooccur import cooccurrence_statistics
 from .evidence import evidence_statistics
+from .extractor import WEIGHTS_FILE, save_extractor
 from .featurize import Featurized
 from .pairs import gqa_record, nlvr2_records, wordpiece_entries
 from .sample import Sample
@@ -98,11 +99,24 @@ def write_vqa(root: Path, samples: Sequence[Sample]) -> None:
 
 
 def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized) -> None:
-    """Memmap stores ``features/`` (detection regions) and, with a grid, ``grid_features/``."""
+    """The extractor's weights (``extractor.safetensors``), the memmap stores ``features/`` (detection regions)
+    and, with a grid, ``grid_features/``, each recording the extractor (:mod:`vlattn.data.features.record`;
+    the weights' path relative to the store).
+
+    The grid store's record is the ``synth`` pixel extractor's (:mod:`vlattn.pixels`), which reproduces it from the
+    rendered images; the detection store's names ``synth-detections``: its boxes come from the scene's simulated
+    detector, which no extractor can run on pixels."""
+    size = samples[0].scene.image_size
+    save_extractor(featurized.model, root / WEIGHTS_FILE, size)
+    weights = {"source": "file", "path": f"../{WEIGHTS_FILE}", "sha256": state_sha256(featurized.model.state_dict())}
+    dim = featurized.report["feature_dim"]
     ids = [s.scene.image_id for s in samples]
-    write_memmap(root / "features", zip(ids, featurized.regions))
+    detections = {"name": "synth-detections", "dim": dim, "weights": weights, "settings": {"image_size": size}}
+    write_memmap(root / "features", zip(ids, featurized.regions), extractor=detections)
     if featurized.grid is not None:
-        write_memmap(root / "grid_features", zip(ids, featurized.grid))
+        grid = {"name": "synth", "dim": dim, "weights": weights,
+                "settings": {"grid": featurized.cells, "image_size": size}}
+        write_memmap(root / "grid_features", zip(ids, featurized.grid), extractor=grid)
 
 
 def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) -> None:
