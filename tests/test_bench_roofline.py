@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from vlattn.layers.packed import ONEDNN_LINEAR, PackedLinear
+from vlattn.layers.packed import ONEDNN_LINEAR, PackedWeight
 
 pytestmark = pytest.mark.skipif(not ONEDNN_LINEAR, reason="torch built without oneDNN's linear")
 
@@ -18,9 +18,18 @@ def bench(import_benchmark):
     return import_benchmark("bench_roofline")
 
 
-def packed_layer(in_features: int, out_features: int, bias: bool = True) -> PackedLinear:
+class PackedLayer(nn.Linear):
+    """``nn.Linear`` computed as oneDNN's linear on its packed weight (what ``--packed-output`` runs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "packed"):
+            self.packed = PackedWeight()
+        return self.packed(self, x)
+
+
+def packed_layer(in_features: int, out_features: int, bias: bool = True) -> PackedLayer:
     torch.manual_seed(0)
-    return PackedLinear(in_features, out_features, bias=bias)
+    return PackedLayer(in_features, out_features, bias=bias)
 
 
 def test_flop_count_of_the_packed_linear_is_addmms(bench):

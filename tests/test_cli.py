@@ -72,8 +72,8 @@ def test_packed_output_flag_decodes_through_the_packed_projection(
     the captions are the same either way, and eval's predictions are the captions."""
     data, _, run = trained
     packs: list[int] = []
-    original = packed.PackedLinear.packed_weight
-    monkeypatch.setattr(packed.PackedLinear, "packed_weight", lambda self: packs.append(1) or original(self))
+    original = packed.PackedWeight.weight
+    monkeypatch.setattr(packed.PackedWeight, "weight", lambda self, layer: packs.append(1) or original(self, layer))
     captions = {}
     for flag in ("--packed-output", "--plain-output"):
         packs.clear()

@@ -45,14 +45,14 @@ from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.vocab import Vocabulary, build_vocabulary
-from vlattn.decoding import beam_search
+from vlattn.decoding import PackedOutput, beam_search
+from vlattn.decoding.common import Generator
 from vlattn.decoding.sampling import rollout
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.layers.dropout import use_dropout_mask
-from vlattn.layers.packed import use_packed_output
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -168,16 +168,16 @@ def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) ->
 
 def new_captioner(cfg: Config, vocab_size: int) -> nn.Module:
     """The randomly initialised captioner of ``cfg.model`` over ``vocab_size`` words (the special tokens included),
-    with the config's dropout masks and output projection."""
+    with the config's dropout masks."""
     model = build_captioner(cfg.model, vocab_size, pad_id=Vocabulary.PAD)
-    return use_packed_output(use_dropout_mask(model, cfg.model.dropout_mask), cfg.eval.packed_output)
+    return use_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
 
 
 def decode_batch(
-    model: nn.Module, inputs: dict[str, Any], vocab: Vocabulary, *, beam_size: int, max_len: int,
+    model: Generator, inputs: dict[str, Any], vocab: Vocabulary, *, beam_size: int, max_len: int,
     length_penalty: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The best caption of each image of a collated batch: tokens (B, L) without BOS (EOS included, PAD after it)
@@ -203,16 +203,19 @@ def decode_rows(
     batch_size: int = 50,
     device: torch.device = torch.device("cpu"),
     precision: Precision = "fp32",
+    packed_output: bool = False,
 ) -> list[tuple[int, list[int], float]]:
     """``(image_id, token ids, score)`` of the best caption of every image of ``dataset`` (:func:`decode_batch`),
-    under the autocast of ``precision``; plain Python values, owned by the caller."""
+    under the autocast of ``precision``; plain Python values, owned by the caller. ``packed_output``: decode through
+    :class:`~vlattn.decoding.PackedOutput` (``eval.packed_output``)."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
     rows: list[tuple[int, list[int], float]] = []
     model.eval()
+    generator = PackedOutput(model) if packed_output else model
     with torch.no_grad(), autocast(precision, device):
         for batch in loader:
             inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            tokens, scores = decode_batch(model, inputs, vocab, beam_size=beam_size, max_len=max_len,
+            tokens, scores = decode_batch(generator, inputs, vocab, beam_size=beam_size, max_len=max_len,
                                           length_penalty=length_penalty)
             rows += zip(batch["image_ids"].tolist(), tokens.tolist(), scores.float().tolist())
     return rows
@@ -290,7 +293,7 @@ def make_validator(cfg: Config, data: CaptionData, device: torch.device) -> Vali
     def validate(model: nn.Module) -> dict[str, float]:
         predictions = decode_dataset(
             model, dataset, data.vocab, beam_size=beam, max_len=cfg.eval.max_len, batch_size=cfg.eval.batch_size,
-            device=device,
+            device=device, packed_output=cfg.eval.packed_output,
         )
         report = score_predictions(
             predictions, references, collapse_repeats=cfg.eval.collapse_repeats, metrics=VAL_METRICS,
@@ -384,7 +387,7 @@ def _decode(
     """Decode ``dataset`` with the evaluation settings ``cfg`` (max length, length penalty, batch size)."""
     return decode_dataset(
         model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
-        batch_size=cfg.batch_size, device=device, precision=cfg.precision,
+        batch_size=cfg.batch_size, device=device, precision=cfg.precision, packed_output=cfg.packed_output,
     )
 
 
