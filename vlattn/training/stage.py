@@ -273,6 +273,8 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
             raise DataError(f"malformed training state ({type(err).__name__}: {one_line(err)}); resume from "
                             "another checkpoint or start a new run with --init", path=source.path / STATE_FILE) from None
+        except VlattnError as err:  # refused by the trainer (stage, loop counters, optimizer): name the file
+            raise DataError(str(err), path=source.path / STATE_FILE) from None
         keep = trainer.state.log_records
     # every check has passed: from here on the run's files change
     if ctx.is_main:
