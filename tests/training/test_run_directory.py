@@ -180,7 +180,7 @@ def test_kill_between_the_renames_of_a_checkpoint_swap(config_file: Path, straig
     child.wait_ready()
     child.kill()
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert "last" not in names and [n.rsplit(".", 1)[1] for n in names] == ["old", "tmp"], names
+    assert "last" not in names and sorted(n.rsplit(".", 1)[1] for n in names) == ["old", "tmp"], names
     code, _, err = vlattn_cli("train", "--out", str(run), "--resume", "--device", "cpu")
     assert code == 0, err
     start = records(run, "history.jsonl")[-1]
