@@ -101,6 +101,7 @@ class CaptionData:
     entries: dict[str, list[ImageEntry]]
     vocab: Vocabulary
     store: FeatureStore
+    _train: CaptionTrainSet | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def root(self) -> Path:
@@ -123,9 +124,13 @@ class CaptionData:
         return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
-        """One item per training (image, caption) pair."""
-        cfg = self.config
-        return CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions, cfg.max_caption_len)
+        """One item per training (image, caption) pair (built on the first call: the objective reads its lengths, the
+        training loop its items)."""
+        if self._train is None:
+            cfg = self.config
+            self._train = CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions,
+                                          cfg.max_caption_len)
+        return self._train
 
     def eval_set(self, split: str, limit: int = 0) -> CaptionEvalSet:
         """One item per image of ``split`` (the first ``limit`` when > 0)."""
@@ -136,8 +141,8 @@ class CaptionData:
         """Training regions, and the model's word embeddings with the training captions' word counts."""
         regions = RegionSampler(self.store, [e.image_id for e in self.entries["train"]], self.config.max_regions)
         embeddings = getattr(model, "word_embeddings", None)
-        words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
-        word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
+        words = torch.from_numpy(self.train_set().words).long()  # every training caption's word ids, whole
+        word_counts = torch.bincount(words, minlength=len(self.vocab))  # (V,)
         return PrepareResources(
             seed=seed, regions=regions, word_counts=word_counts, data_root=self.root,
             word_embeddings=None if embeddings is None else embeddings.weight.detach(),
