@@ -8,7 +8,7 @@ DEMO_DATA ?= data/synth
 DEMO_RUN ?= runs/demo
 DEMO_VQA_RUN ?= runs/demo-vqa
 
-.PHONY: demo demo-vqa test install clean bench
+.PHONY: demo demo-vqa lint test install clean bench
 
 # The venv is made without pip (ensurepip runs pip once just to install pip and setuptools: ~5 CPU s); the one pip
 # run below installs pip into it along with everything else, driven by $(PY)'s own pip (--python).
@@ -40,7 +40,13 @@ demo: $(STAMP)
 demo-vqa: $(STAMP)
 	$(BIN)/python -m vlattn.demo_vqa --data $(DEMO_DATA) --out $(DEMO_VQA_RUN)
 
-test: $(TEST_STAMP)
+# Lint first (ruff's rule set and the import-linter contracts of the layers are in pyproject.toml), then the tests,
+# whose closing line ends the output.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check --quiet .
+	$(BIN)/lint-imports --no-logo --no-cache
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

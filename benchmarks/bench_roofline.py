@@ -82,13 +82,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, shape_wrapper
 
-from vlattn.config import load_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search
 from vlattn.io import atomic_write_text
 from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS, use_packed_output
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
-from vlattn.models import build_captioner
 from vlattn.models.profile import random_batch
 from vlattn.training.optim import build_optimizer
 from vlattn.training.scst import scst_objective

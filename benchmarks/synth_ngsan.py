@@ -31,7 +31,7 @@ from results import write_section
 
 from vlattn.data.captioning import collate_eval
 from vlattn.data.synth.claims import RelationProbe, relation_probes, relation_verdicts
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.data.vocab import Vocabulary
 from vlattn.tasks.captioning import build_model, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights

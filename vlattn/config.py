@@ -2,7 +2,9 @@
 
 Modules never receive a whole config: builders read the fields they need and pass explicit
 arguments. ``load_config(path, overrides)`` reads a YAML preset from ``configs/`` and applies
-``--set section.key=value`` overrides.
+``--set section.key=value`` overrides. This module checks what a config says by itself (keys, types, choices,
+ranges); the components it names (task, model kind, mechanisms and their placement, schedules) are checked against
+their registries by :mod:`vlattn.validation`, a layer above the registries.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from vlattn.errors import ConfigError
+from vlattn.io import atomic_write_text
 
 T = TypeVar("T")
 
@@ -331,13 +334,10 @@ def value_at(cfg: Any, key: str) -> Any:
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
-    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys and validating every
-    named component (model kind, attention mechanisms and their placement, feed-forward, schedules)."""
-    cfg = _build(Config, data, "")
-    from vlattn.validation import check_components  # the registries import this module
-
-    check_components(cfg)
-    return cfg
+    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys, wrong types, choices and
+    values out of range (each a one-line ``ConfigError`` naming the key). The named components are checked by
+    :func:`vlattn.validation.check_components`."""
+    return _build(Config, data, "")
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
@@ -379,7 +379,7 @@ def _yaml_where(err: yaml.YAMLError) -> str:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML (or JSON) config file, apply overrides, validate."""
+    """Read a YAML (or JSON) config file, apply overrides, build it with :func:`config_from_dict`."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -406,8 +406,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def save_config(cfg: Config, path: str | Path) -> None:
     """Write the config as JSON (``config.json`` of a checkpoint) or YAML, by suffix; atomically."""
-    from vlattn.io import atomic_write_text
-
     data = config_to_dict(cfg)
     text = json.dumps(data, indent=2) if str(path).endswith(".json") else yaml.safe_dump(data, sort_keys=False)
     atomic_write_text(path, text)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.data.karpathy import load_karpathy
 from vlattn.errors import VlattnError
 from vlattn.metrics import best_constant_caption
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] generating the synthetic data set in {args.data}", flush=True)
             with clock.stage("synthetic data"):
                 generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
-        cfg = load_config(args.config, [f"data.root={args.data}"])
+        cfg = load_valid_config(args.config, [f"data.root={args.data}"])
         runs = [("XE", args.out, "xe", None)]
         if args.scst:
             runs.append(("SCST", args.out.with_name(args.out.name + "-scst"), "scst", args.out))

@@ -1,20 +1,34 @@
-"""Load-time validation of the named components of a config (the task, the model kind and the task it serves,
-what the task reads — for captioning: the model options, each attention site's mechanism, options and
-placement, feed-forward — and the schedule of every stage of the task): every problem is a one-line
-``ConfigError`` naming the key. Called by :func:`vlattn.config.config_from_dict`."""
+"""Configs checked against the registries: what the command line, the demos and the importers read.
+
+:mod:`vlattn.config` checks what a config says by itself (keys, types, choices, ranges); a config read here is also
+checked for the components it names (:func:`vlattn.tasks.check_components`: the task, the model kind and the task it
+serves, every attention site's mechanism, options and placement, feed-forward, the schedule of each stage), every
+problem a one-line ``ConfigError`` naming the key.
+"""
 
 from __future__ import annotations
 
-from vlattn.config import Config, value_at
-from vlattn.models import model_kind
-from vlattn.tasks import task_of
-from vlattn.training.schedules import check_schedule
+from pathlib import Path
+from typing import Any
+
+from vlattn.config import Config, config_from_dict, load_config
+from vlattn.errors import ConfigError
+from vlattn.tasks import check_components
 
 
-def check_components(cfg: Config) -> None:
-    """Raise a ``ConfigError`` for the first invalid component of ``cfg``."""
-    task = task_of(cfg.task)
-    model_kind(cfg.model.kind, cfg.task)
-    task.check(cfg)
-    for stage in task.stages.values():
-        check_schedule(value_at(cfg, stage.schedule), stage.schedule)
+def valid_config(data: dict[str, Any]) -> Config:
+    """:func:`vlattn.config.config_from_dict` with the components checked."""
+    cfg = config_from_dict(data)
+    check_components(cfg)
+    return cfg
+
+
+def load_valid_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """:func:`vlattn.config.load_config` (the file ``path``, None: the defaults, with ``overrides``) with the
+    components checked; an error names the file."""
+    cfg = load_config(path, overrides)
+    try:
+        check_components(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{path or 'config'}: {err}") from None
+    return cfg

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vlattn.attention import AdditiveAttention, AdditiveCausalAttention
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.models import build_captioner
 
 
@@ -21,7 +21,7 @@ def driver(import_benchmark):
 
 def built(driver, key: str):
     _, config, overrides = driver.VARIANTS[key]
-    cfg = load_config(config, overrides)
+    cfg = load_valid_config(config, overrides)
     return cfg, build_captioner(cfg.model, 30)
 
 

@@ -21,7 +21,6 @@ from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_input
 from m2_released import ReleasedStateful, random_released_state, released_beam_search, released_log_probs
 from test_m2 import m2_config
 
-from vlattn.attention import MultiHeadAttention
 from vlattn.config import Spec
 from vlattn.decoding import beam_search
 from vlattn.errors import ConfigError
@@ -291,11 +290,12 @@ def test_official_padding_hides_pad_tokens_anywhere() -> None:
 
 
 def test_official_preset_is_the_imported_models_config_and_its_differences_are_listed() -> None:
-    from vlattn.config import config_to_dict, load_config
+    from vlattn.config import config_to_dict
+    from vlattn.validation import load_valid_config
     from vlattn.importers.m2_official import ReleasedLayout, released_config
     from vlattn.models.profile import count_parameters
 
-    preset = load_config("configs/m2-official.yaml")
+    preset = load_valid_config("configs/m2-official.yaml")
     layout = ReleasedLayout(encoder_layers=3, decoder_layers=3, gates=3, d_model=512, feature_dim=2048, d_ff=2048,
                             slots=40, vocab_size=10201, max_positions=54)
     assert released_config(layout).model == preset.model  # what import-checkpoint writes for the released file
@@ -309,7 +309,7 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
         for key, value in tree.items():
             out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value})
         return out
-    paper, official = leaves(config_to_dict(load_config("configs/m2.yaml"))), leaves(config_to_dict(preset))
+    paper, official = leaves(config_to_dict(load_valid_config("configs/m2.yaml"))), leaves(config_to_dict(preset))
     differing = {key for key in paper.keys() | official.keys() if paper.get(key) != official.get(key)}
     text = open("benchmarks/RESULTS.md").read()
     section = text.split("## M2 presets: paper vs released recipe")[1].split("\n## ")[0]

@@ -11,7 +11,7 @@ from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 from torch import nn
 
 from vlattn.attention.sla import GridPositionalBias
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.errors import ConfigError
 from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
 from vlattn.tasks import task_of
@@ -79,7 +79,7 @@ def test_every_preset_profiles(path: Path) -> None:
     training step above those of inference, latency. Regression: every CATT preset failed in torch's FLOP
     counter ("Expected gradient function to be set") at its first no-grad pass."""
     overrides, shapes = reduced(path)
-    cfg = load_config(path, overrides)
+    cfg = load_valid_config(path, overrides)
     report = task_of(cfg.task).profile(cfg, shapes)
     assert report["model"] == cfg.model.kind
     grid = cfg.model.options.get("attention", {}).get("options", {})

@@ -1,7 +1,8 @@
 """Tasks and their registry: one module per task behind the :class:`~vlattn.tasks.base.Task` protocol.
 
 ``TASKS`` maps the config's ``task`` to the task; :func:`train` and :func:`evaluate` dispatch on it, as
-``vlattn train``/``vlattn eval`` do. A new task is one module and one line here.
+``vlattn train``/``vlattn eval`` do, and :func:`check_components` checks the components a config names against the
+registries before either builds anything. A new task is one module and one line here.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vlattn.config import Config, lookup
+from vlattn.config import Config, lookup, value_at
 from vlattn.errors import ConfigError
+from vlattn.models import model_kind
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioning import CAPTIONING
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.rundir import RunDirectory
+from vlattn.training.schedules import check_schedule
 from vlattn.training.stage import Stage, run_stage
 
 TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
@@ -25,6 +28,18 @@ TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
 def task_of(name: str) -> Task:
     """The registered task ``name``; an unknown name is a ``ConfigError`` naming the ``task`` key."""
     return lookup(TASKS, name, "task", "task")
+
+
+def check_components(cfg: Config) -> None:
+    """Raise a one-line ``ConfigError`` naming the key for the first invalid component of ``cfg``: the task, the
+    model kind and the task it serves, what the task reads (its :meth:`~vlattn.tasks.base.Task.check`: for
+    captioning the model options, each attention site's mechanism, options and placement, feed-forward) and the
+    schedule of every stage of the task."""
+    task = task_of(cfg.task)
+    model_kind(cfg.model.kind, cfg.task)
+    task.check(cfg)
+    for stage in task.stages.values():
+        check_schedule(value_at(cfg, stage.schedule), stage.schedule)
 
 
 def stage_of(task: Task, name: str | None) -> Stage:
@@ -48,7 +63,8 @@ def train(
     the one of the run's checkpoint. Otherwise the stage defaults to the task's first.
     """
     _, chosen = stage_for_run(cfg, run_dir, stage, resume=resume)
-    return run_stage(chosen, cfg, run_dir, overrides=overrides, resume=resume, device=device, init=init)
+    return run_stage(chosen, cfg, run_dir, overrides=overrides, resume=resume, device=device, init=init,
+                     check=check_components)
 
 
 def stage_for_run(cfg: Config | None, run_dir: str | Path, stage: str | None, *, resume: bool) -> tuple[str, Stage]:
@@ -83,6 +99,7 @@ def resume_target(run_dir: str | Path, task: str | None) -> tuple[str, str | Non
 def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> dict[str, Any]:
     """Evaluate a checkpoint (or run directory) of any task; the report's ``task`` names the task."""
     loaded = load_checkpoint(checkpoint)
+    check_components(loaded.config)
     return {"task": loaded.config.task, **task_of(loaded.config.task).evaluate(loaded, request)}
 
 
@@ -96,6 +113,7 @@ __all__ = [
     "EvalRequest",
     "ProfileShapes",
     "Task",
+    "check_components",
     "evaluate",
     "format_report",
     "output_dir",

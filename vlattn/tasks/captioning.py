@@ -41,6 +41,7 @@ from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError, DataError
@@ -63,7 +64,6 @@ from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, out
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage

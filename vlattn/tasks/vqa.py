@@ -45,6 +45,7 @@ from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import (
     Annotation,
@@ -77,7 +78,6 @@ from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 

@@ -11,7 +11,7 @@ from vlattn.data import vqa
 from vlattn.data.features import write_memmap
 from vlattn.data.jsonfiles import write_json
 from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 
 from .confound import Confound, cooccurrence
 from .cooccur import cooccurrence_statistics
