@@ -269,9 +269,10 @@ def test_mha_matches_naive_reference() -> None:
 
 
 def test_additive_attention_matches_the_up_down_equations() -> None:
-    """a_i = w_a^T tanh(W_va v_i + W_ha h); alpha = softmax(a); v_hat = sum_i alpha_i v_i (one query at a time)."""
+    """a_i = w_a^T tanh(W_va v_i + W_ha h) (Eq. 3: no bias in w_a); alpha = softmax(a); v_hat = sum_i alpha_i v_i
+    (one query at a time)."""
     attention = build_mechanism("additive", Site.CROSS)
-    assert isinstance(attention, AdditiveAttention) and attention.out_dim == D
+    assert isinstance(attention, AdditiveAttention) and attention.out_dim == D and attention.score.bias is None
     call = call_for("additive", Site.CROSS)
     with torch.no_grad():
         out = call.run(attention).out
@@ -280,8 +281,7 @@ def test_additive_attention_matches_the_up_down_equations() -> None:
                 h, real = call.query[b, i], call.valid_keys[b]
                 v = call.key[b, real]
                 scores = torch.stack([
-                    attention.score.weight[0] @ torch.tanh(attention.key_proj(vi) + attention.query_proj(h))
-                    + attention.score.bias[0] for vi in v
+                    attention.score.weight[0] @ torch.tanh(attention.key_proj(vi) + attention.query_proj(h)) for vi in v
                 ])
                 expected = torch.softmax(scores, 0) @ v
                 torch.testing.assert_close(out[b, i], expected)
