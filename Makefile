@@ -21,7 +21,7 @@ $(BIN)/python:
 # (the coco extra: pycocoevalcap's METEOR). Byte-compiling all ~6,800 installed modules was half of pip's time; instead the modules
 # vlattn's commands import (about 800: torch's core and dynamo, numpy, vlattn) are compiled by importing them once
 # with bytecode writing on. That must happen: with PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules
-# left uncompiled are compiled again by every process that imports them (benchmarks/RESULTS.md "Demo time").
+# left uncompiled are compiled again by every process that imports them (5-6 CPU s for `import vlattn.cli`).
 # `make test` / `make install` add the test extras on top (byte-compiled by pip).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(PY) -m pip --python $(BIN)/python install -q --no-compile pip torch==2.14.1 torchvision==0.29.1 -e '.[coco]'

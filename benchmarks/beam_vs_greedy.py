@@ -9,7 +9,7 @@ mean caption length, the number of distinct captions and the share of the most f
 repeat across images).
 
 Each run's figures are cached in ``--cache`` (one JSON per run), so a driver can run one run per call
-(``/work/wt/heavy`` slots) and a last call with every run writes the section of benchmarks/RESULTS.md.
+(e.g. under a job queue) and a last call with every run writes the section of benchmarks/RESULTS.md.
 Usage: ``python benchmarks/beam_vs_greedy.py --runs RUN [RUN ...] --cache DIR [--beams 1 2 3 5]
 [--splits val test] [--data ROOT] [--heading TEXT] [--no-write]``.
 """

@@ -63,7 +63,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import math
 import re
 import shutil
 import statistics
@@ -87,7 +86,7 @@ from vlattn.decoding import beam_search
 from vlattn.io import atomic_write_text
 from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS, use_packed_output
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
-from vlattn.models.profile import random_batch
+from vlattn.models.profile import FLOP_FORMULAS, SDPA_CPU_FLOPS, onednn_linear_flops, random_batch
 from vlattn.training.optim import build_optimizer
 from vlattn.training.scst import scst_objective
 from vlattn.training.xe import xe_objective
@@ -101,21 +100,9 @@ LINEAR = torch.ops.mkldnn._linear_pointwise if ONEDNN_LINEAR else None
 REORDER = torch.ops.mkldnn._reorder_linear_weight if ONEDNN_LINEAR else None
 
 
-def linear_flop(x_shape: torch.Size, w_shape: torch.Size, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    """FLOPs of oneDNN's linear, x (..., in) by a weight (out, in): addmm's count, 2 x rows x in x out."""
-    return flop_registry[aten.mm].__wrapped__((math.prod(x_shape[:-1]), x_shape[-1]), (w_shape[1], w_shape[0]))
-
-
-# FlopCounterMode knows the CUDA attention kernels but not the fused CPU one that eval-mode SDPA runs
-# (training with attention dropout takes the math path: bmm + softmax, counted as GEMMs); same formulas
-# (``__wrapped__``: the shape-level function, which FlopCounterMode wraps itself). Nor oneDNN's linear.
-CPU_SDPA = {
-    aten._scaled_dot_product_flash_attention_for_cpu:
-        flop_registry[aten._scaled_dot_product_flash_attention].__wrapped__,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        flop_registry[aten._scaled_dot_product_flash_attention_backward].__wrapped__,
-}
-EXTRA_FLOPS = {**CPU_SDPA, LINEAR: linear_flop} if ONEDNN_LINEAR else CPU_SDPA
+linear_flop = onednn_linear_flops  # FlopCounterMode lacks oneDNN's linear and the fused CPU attention kernel
+CPU_SDPA = SDPA_CPU_FLOPS
+EXTRA_FLOPS = FLOP_FORMULAS
 Run = Callable[[], Any]
 
 

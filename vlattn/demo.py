@@ -5,8 +5,8 @@ Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config c
 The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
 Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
 little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
-137 s instead of 129 s; benchmarks/RESULTS.md "Demo time"). The figures are deterministic for a seed and a thread
-count.
+137 s instead of 129 s). The figures are deterministic for a seed and a thread count; benchmarks/RESULTS.md "Demo
+time" has the stages' times.
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ def test_presets() -> None:
     assert isinstance(build_captioner(load_valid_config("configs/m2.yaml", small).model, 50), TransformerCaptioner)
     demo = load_valid_config("configs/m2-demo.yaml")
     reference = load_valid_config("configs/demo.yaml")
-    # the Transformer demo's speed settings (benchmarks/RESULTS.md "Demo time", Session 5) were checked for it alone
+    # the Transformer demo's speed settings were checked at several seeds for it alone
     speed = {key: getattr(demo.train, key) for key in ("epochs", "length_buckets", "scst_skip_finished")}
     assert demo.model.kind == "m2" and demo.train == dataclasses.replace(reference.train, **speed)
     assert demo.eval == reference.eval

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -303,7 +305,7 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
         model = build_captioner(preset.model, 10201, pad_id=PAD)
     assert count_parameters(model)["total"] == 38_411_264
     assert model.decoder.positions.table.shape == (55, 512)  # the released 28,160 frozen values, saved
-    # benchmarks/RESULTS.md lists every key on which the two presets differ
+    # benchmarks/diff_m2_presets.py lists every key on which the two presets differ, each with the released code's
     def leaves(tree, prefix=""):
         out = {}
         for key, value in tree.items():
@@ -311,6 +313,7 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
         return out
     paper, official = leaves(config_to_dict(load_valid_config("configs/m2.yaml"))), leaves(config_to_dict(preset))
     differing = {key for key in paper.keys() | official.keys() if paper.get(key) != official.get(key)}
-    text = open("benchmarks/RESULTS.md").read()
-    section = text.split("## M2 presets: paper vs released recipe")[1].split("\n## ")[0]
-    assert differing and all(f"| `{key}` |" in section for key in differing), differing
+    listed = subprocess.run([sys.executable, "benchmarks/diff_m2_presets.py", "--no-write"], check=True,
+                            capture_output=True, text=True, timeout=300).stdout
+    rows = {line.split("`")[1] for line in listed.splitlines() if line.startswith("| `")}
+    assert differing and rows == differing, rows ^ differing

@@ -2,8 +2,8 @@
 
 At decoding time the output layer (d -> V, e.g. 512 -> 10201) is the largest product of every step, with few rows
 (B x beam): torch's ``addmm`` on the CPU re-packs the whole (V, d) weight at each call, and at these shapes runs at
-about half the rate of the model's other products on this project's machine (benchmarks/RESULTS.md "Roofline",
-Session 6). oneDNN's linear with the weight reordered once into its blocked layout (``mkldnn._reorder_linear_weight``,
+about half the rate of the model's other products on this project's machine (benchmarks/RESULTS.md "Roofline").
+oneDNN's linear with the weight reordered once into its blocked layout (``mkldnn._reorder_linear_weight``,
 as torch's inductor does for frozen CPU models) computes the same product 1.5-1.8x faster at 10-100 rows.
 
 :class:`PackedLinear` takes that path only where it is the same function: a float32 input on the CPU, no gradient
