@@ -282,6 +282,10 @@ KIND_VARIANTS: list[ModelCase] = [
     }),
     ModelCase("mcan_catt", label="unshared", overrides={
         "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "share": False}}),
+    # SLA without its box-reading positional bias places where no boxes are passed (its capabilities follow its
+    # options): the Transformer decoder's cross-attention and MCAN's question-guided attention
+    ModelCase("transformer", label="sla-no-boxes", overrides={"decoder_cross_attention": Spec("sla", {"position": "none"})}),
+    ModelCase("mcan", label="sla-no-boxes", overrides={"decoder_cross_attention": Spec("sla", {"position": "none"})}),
     ModelCase("mcan_catt", label="linear-boxes", overrides={
         "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "fusion": "concat_linear"}, "box_input": True,
     }),

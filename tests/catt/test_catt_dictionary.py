@@ -142,6 +142,28 @@ def test_word_dictionary_from_the_embedding_table(region_store: Path) -> None:
     assert rows == {tuple(row) for row in table[2:5].tolist()}  # 3 used words, 5 entries: each used word, repeated
 
 
+def test_vocabulary_cap_gives_one_entry_per_word(region_store: Path) -> None:
+    """``cap: vocabulary``: V = 6 words under a 500-entry dictionary -> 6 entries, the embedding table row for row
+    (no frequency-weighted copies, whatever the counts); a vocabulary larger than the size keeps the size and
+    k-means; the cap is refused for an image dictionary or without a vocabulary, naming the key."""
+    table, counts = torch.randn(6, 4), torch.tensor([0, 0, 30, 1, 2, 0])
+    capped = GlobalDictionary(4, "word", DictionaryOptions(size=500, cap="vocabulary"), vocabulary_size=6)
+    assert tuple(capped.entries.shape) == (6, 4)
+    with torch.no_grad():
+        capped.prepare(resources(region_store, word_embeddings=table, word_counts=counts))
+    torch.testing.assert_close(capped.entries.detach(), table, rtol=0, atol=0)
+    large = GlobalDictionary(4, "word", DictionaryOptions(size=3, cap="vocabulary"), vocabulary_size=6)
+    with torch.no_grad():
+        large.prepare(resources(region_store, word_embeddings=table, word_counts=counts))
+    assert tuple(large.entries.shape) == (3, 4) and large.whole_vocabulary is False
+    # k-means with 3 centres over the 3 used words: each used word once
+    assert sorted(large.entries.tolist()) == sorted(table[2:5].tolist())
+    for source, vocabulary in (("image", 6), ("word", None)):
+        with pytest.raises(ConfigError, match=r"^config key model.options.word_dictionary.cap: 'vocabulary'"):
+            GlobalDictionary(4, source, DictionaryOptions(cap="vocabulary"), vocabulary_size=vocabulary,
+                             where="model.options.word_dictionary")
+
+
 def test_random_init_is_the_released_codes_and_prepare_keeps_it(region_store: Path) -> None:
     torch.manual_seed(0)
     dictionary = GlobalDictionary(4, "image", DictionaryOptions(size=500, init="random"))

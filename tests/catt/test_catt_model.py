@@ -129,9 +129,27 @@ def test_prepare_fits_both_dictionaries(tmp_path: Path) -> None:
     assert not torch.equal(prepared(2).encoder.dictionary.entries, image)
 
 
+def test_vocabulary_cap_makes_the_word_dictionary_the_embedding_table(tmp_path: Path) -> None:
+    """``word_dictionary.cap: vocabulary`` on the tiny data (a 500-entry dictionary, fewer words): one entry per
+    vocabulary row, equal to the word embeddings after ``prepare`` (no copies weighted by frequency)."""
+    from tests.training.conftest import make_tiny_data, tiny_config
+    from vlattn.tasks import captioning
+
+    cfg = tiny_config(make_tiny_data(tmp_path / "data"), "model.kind=catt", "model.options.image_dictionary.size=7",
+                      "model.options.word_dictionary.size=500", "model.options.word_dictionary.cap=vocabulary")
+    data = captioning.stage_data(cfg, None)
+    model = captioning.stage_model(cfg, data)
+    vocabulary = model.word_embeddings.weight.shape[0]
+    assert vocabulary < 500 and model.decoder.dictionary.entries.shape == (vocabulary, cfg.model.d_model)
+    prepare_model(model, lambda: data.prepare_resources(model, 0))
+    torch.testing.assert_close(model.decoder.dictionary.entries, model.word_embeddings.weight, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     ("model", "message"),
     [
+        ({"options": {"image_dictionary": {"cap": "vocabulary"}}},
+         r"model\.options\.image_dictionary\.cap: 'vocabulary' applies to a model's word dictionary"),
         ({"encoder_layers": 0}, r"model\.encoder_layers: Transformer\+CATT needs at least one encoder layer"),
         ({"tie_embeddings": True}, r"model\.tie_embeddings: with fusion 'concat' the classifier reads 2 x d_model"),
         ({"options": {"share": "maybe"}}, r"model\.options\.share: expected bool"),

@@ -8,7 +8,7 @@ import pytest
 import torch
 from registry_cases import D, Q_DIM, cross_call, cross_context
 
-from vlattn.attention import StackedLatentAttention, build_attention
+from vlattn.attention import AttentionDims, Site, StackedLatentAttention, build_attention, check_placement
 from vlattn.attention.mha import attention_logits_mask
 from vlattn.errors import ConfigError
 from vlattn.layers.boxes import box_channels
@@ -154,3 +154,17 @@ def test_boxes_bias_needs_geometry() -> None:
     module, call = build("sla"), cross_call(Q_DIM)
     with pytest.raises(ValueError, match="needs the keys' boxes in context.geometry"):
         module(call.query, call.key, call.value)
+
+
+@pytest.mark.parametrize("position", ["grid", "none"])
+def test_only_the_boxes_bias_needs_geometry_at_placement(position: str) -> None:
+    """Capabilities follow the options: without ``position: boxes`` SLA reads no geometry, so a cross site that
+    passes no boxes accepts it (as it accepts ``stacked``); with boxes it is refused there, naming the key."""
+    dims = AttentionDims(D, 1, 0.0, Q_DIM, D)
+    check_placement("sla", dims, site=Site.CROSS, where="model.x", has_geometry=False, options={"position": position})
+    with pytest.raises(ConfigError, match="model.x: attention 'sla' needs box geometry"):
+        check_placement("sla", dims, site=Site.CROSS, where="model.x", has_geometry=False, options={"position": "boxes"})
+    with pytest.raises(ConfigError, match="model.x: attention 'sla' needs box geometry"):
+        check_placement("sla", dims, site=Site.CROSS, where="model.x", has_geometry=False)  # default: boxes
+    with pytest.raises(ConfigError, match="model.x.options"):
+        check_placement("sla", dims, site=Site.CROSS, where="model.x", options={"position": "nowhere"})

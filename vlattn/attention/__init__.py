@@ -1,7 +1,8 @@
 """Attention mechanisms behind one Q-K-V interface, and their registry.
 
 Every mechanism is an ``nn.Module`` class with ``Options`` (a dataclass of its own options) and
-``capabilities`` (:class:`~vlattn.attention.base.Capabilities`), built as ``cls(dims, options)`` and called as
+``capabilities`` (:class:`~vlattn.attention.base.Capabilities`; a class whose needs depend on its options also
+defines ``capabilities_for(options)``), built as ``cls(dims, options)`` and called as
 ``forward(query, key, value, *, mask=None, bias=None, cache=None, context=None, need_weights=False)``
 -> :class:`~vlattn.attention.base.AttentionOutput` (see :mod:`vlattn.attention.base` for the contract).
 New mechanisms add one file and one line in :data:`ATTENTION`. A mechanism whose options constrain the sizes
@@ -64,13 +65,19 @@ def check_placement(
     where: str,
     has_geometry: bool = False,
     cached: bool = False,
+    options: dict[str, Any] | Any = None,
 ) -> None:
     """Refuse a placement the mechanism's capabilities do not allow, naming the site ``where`` and ``name``.
 
     ``site``: the kind of site; ``has_geometry``: the site's caller passes boxes in the context;
-    ``cached``: the site decodes incrementally with an appending key/value cache.
+    ``cached``: the site decodes incrementally with an appending key/value cache; ``options``: the mechanism's
+    options, for a mechanism whose needs depend on them (it defines ``capabilities_for(options)``: SLA needs
+    boxes only with ``position: boxes``).
     """
-    caps: Capabilities = attention_class(name, where).capabilities
+    cls = attention_class(name, where)
+    caps: Capabilities = cls.capabilities
+    if hasattr(cls, "capabilities_for"):
+        caps = cls.capabilities_for(parse_options(cls.Options, options, f"{where}.options"))
     problem = None
     if site not in caps.sites:
         allowed = ", ".join(sorted(s.value for s in caps.sites))

@@ -91,7 +91,8 @@ class CausalAttention(nn.Module):
         options = options or self.Options()
         self.in_sample = self.inner(dims)
         self.cross_sample = None if options.share else self.inner(dims)
-        self.dictionary = GlobalDictionary(dims.k_dim, options.source, options.dictionary)  # K_C = V_C, (K, Dk)
+        self.dictionary = GlobalDictionary(dims.k_dim, options.source, options.dictionary,
+                                           where="options.dictionary")  # K_C = V_C, (K, Dk)
         self.fusion = StreamFusion(self.in_sample.out_dim, options.fusion)
         self.out_dim = self.fusion.out_dim
         self.num_heads = getattr(self.in_sample, "num_heads", 1)

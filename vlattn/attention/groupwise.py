@@ -23,12 +23,25 @@ its group's input channels, and one fused SDPA call covers all groups. The proje
 matrix product each (:class:`~vlattn.layers.grouped.GroupedLinear`); caching, masking, biases and the weights
 for visualisation are :class:`MultiHeadAttention`'s.
 
-The released code: its captioning model (``ImageCaptioning/models/transformer_lightweight``) shares weights
-across groups and makes the linear merge group-wise as well — that is ``share_weights: true, group_merge:
-true`` here; the paper's LW-Transformer keeps a dense merge (our default). Its VQA model (OpenVQA's MCAN)
-passes the head count and head width to its attention in swapped order, so with k = 1 it runs 64 heads of
-width 8 (``num_heads: 64`` here) and with k > 1 the reshape fails; we follow the paper's h/k heads of width
-d/h per group, which works for every k dividing h.
+The released code differs from the paper in two ways for captioning and cannot run for VQA:
+
+- Captioning (``ImageCaptioning/models/transformer_lightweight``): the attention shares weights across groups and
+  makes the linear merge group-wise as well — ``share_weights: true, group_merge: true`` here; the paper's
+  LW-Transformer keeps a dense merge (our default). And every attention sub-layer is wrapped in residual +
+  LayerNorm twice: its ``LMultiHeadAttention`` already returns LayerNorm(q + dropout(attention)), and the encoder
+  and decoder layers add their own LayerNorm(q + dropout(that)) around it (``EncoderLayer.lnorm``,
+  ``DecoderLayer.lnorm1``/``lnorm2``), in the LW model and in the authors' own Transformer baseline alike. That is
+  one more LayerNorm (2 d parameters) per attention sub-layer: 18 x 1,024 = 18,432 parameters for the 6 + 6-layer
+  model (6 encoder self-attentions, 6 decoder self- and 6 cross-attentions), beyond ``configs/lw-transformer.yaml``
+  with ``group_merge: true``. vlattn keeps the standard Transformer layer's single residual + LayerNorm (the paper
+  changes the attention and the feed-forward only); the doubled norm is not offered as an option.
+- VQA (``VQA/openvqa/models/lwtransformer``, OpenVQA's MCAN): it cannot be built for any k — the ``openvqa/ops``
+  and ``openvqa/utils`` folders it imports are not in the repository and ``LAYERDROP_R`` is defined nowhere. With
+  those supplied from OpenVQA, it passes the head count and head width to its attention in swapped order, so at
+  k = 1 it runs 64 heads of width 8 (``num_heads: 64`` here); at k = 2 the forward fails at the mask step
+  ("tensor a (14) must match tensor b (7)"), and at
+  k = 4 or with an odd number of positions at the reshape. We follow the paper's h/k heads of width d/h per group,
+  which works for every k dividing h.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ for Image Captioning", Sec. 4.2, Eq. 8-13; variants of Table 4):
     phi2_ij = Q'_i^T G_ij                       query-dependent (the default)  (Eq. 12)
     phi3_ij = K'_j^T G_ij                       key-dependent                  (Eq. 13)
 
+Sec. 5.1 ("Implementation details") says the default is "the query-dependent variant (phi^1)", but phi^1 is the
+content-independent variant of Eq. 11; the words and Tables 4 and 6 (query-dependent the best variant, the one
+NG-SAN uses) agree on the query-dependent one, so the default follows them: phi2 of Eq. 12
+(``phi: [query_dependent]``), not the symbol.
+
 with geometric queries/keys Q' = X W_Q' + b, K' = X W_K' + b "computed in the same way as Q, K" (Xavier-uniform
 weights, zero biases, like the content projections). The bias enters the logits of every head before the
 softmax, alongside the key mask, so it is computed here (from the layer's own input X) rather than passed in

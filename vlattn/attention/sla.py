@@ -12,6 +12,12 @@ maps; each unit's softmax sits on a side branch (the unit G of Fig. 2) whose res
 pathway, so gradients reach the first unit without passing through a softmax (Sec. 3.3, Sec. 4.1.4). The
 plain stacked attention it replaces is :mod:`vlattn.attention.stacked`.
 
+Captioning: the paper adds SLA to ReviewNet (Yang et al. 2016, its [24]; Sec. 4.2: "we use the same framework as
+used in [24] ... The only change we make to this model is to replace the traditional attention mechanism with our
+SLA model with T = 3"; Table 3: ReviewNet 0.886 -> 0.908 CIDEr). vlattn has no ReviewNet: its captioning presets
+put SLA at the Up-Down captioner's top-down site instead (``configs/updown-sla.yaml``), so the base model differs
+from the paper's and Table 3's figures are not the comparison to expect.
+
 No official code exists; every choice the paper leaves open, and ours:
 
 1. sigma: the ``activation`` option, ``relu`` by default (the two-layer perceptron of the attention models
@@ -49,7 +55,7 @@ No official code exists; every choice the paper leaves open, and ours:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import torch
@@ -238,6 +244,12 @@ class StackedLatentAttention(UnitStack):
     capabilities: ClassVar[Capabilities] = Capabilities(
         sites=frozenset({Site.CROSS}), cacheable=False, needs_geometry=True, heads=False, query_dim_differs=True
     )
+
+    @classmethod
+    def capabilities_for(cls, options: Options) -> Capabilities:
+        """Only ``position: boxes`` reads the context's geometry; ``grid`` and ``none`` place like ``stacked``
+        (e.g. at a Transformer decoder's or MCAN's cross sites, which pass no boxes)."""
+        return replace(cls.capabilities, needs_geometry=options.position == "boxes")
 
     def __init__(self, dims: AttentionDims, options: Options | None = None) -> None:
         super().__init__()

@@ -14,6 +14,15 @@ Initialisation (``DictionaryOptions.init``):
 - ``file``: the entries of a dictionary file written by ``vlattn catt dictionary`` (``path``, relative to the data
   root), e.g. k-means over all ~4M COCO regions computed once ahead of training.
 
+A word dictionary larger than the vocabulary (the synthetic set: 79 words, 500 entries) cannot be a compression of
+anything: k-means then returns every word's embedding once plus spare copies drawn in proportion to the words'
+training counts, so frequent words fill the dictionary and cross-sample attention leans towards them by frequency
+alone. In a fresh captioner those embeddings are still the random initial ones. ``cap: vocabulary`` (word
+dictionaries of the captioners and MCAN+CATT) sizes the dictionary at min(``size``, V) rows for a vocabulary of V
+words; when V <= ``size`` its ``kmeans`` entries are the word embedding table itself, each word once (the unique
+optimum k-means would reach at K = V), with no frequency weighting. The default ``none`` keeps the paper's
+fixed size.
+
 Every dictionary starts as the U(0, 0.01) draw when it is built, so a model has defined weights before (and
 without) ``prepare``; the entries are exempt from weight decay.
 """
@@ -45,12 +54,14 @@ class DictionaryOptions:
     """One global dictionary: ``size`` entries K (Table 6: 100, 200, 500; BUTD+CATT: 1000); ``init`` one of
     ``kmeans``, ``random``, ``file`` (see the module docstring); ``path`` the dictionary file of ``init: file``
     (relative paths start at the data root); ``sample`` the training regions drawn for an image dictionary's
-    k-means (all of them when the training set has fewer)."""
+    k-means (all of them when the training set has fewer); ``cap``: ``vocabulary`` limits a word dictionary to the
+    vocabulary's size (see the module docstring)."""
 
     size: int = bounded(500, ge=1)
     init: Literal["kmeans", "random", "file"] = "kmeans"
     path: str = ""
     sample: int = bounded(100_000, ge=1)
+    cap: Literal["none", "vocabulary"] = "none"
 
     def check(self, where: str) -> None:
         if self.init == "file" and not self.path:
@@ -102,18 +113,27 @@ class GlobalDictionary(nn.Module):
     no_weight_decay: ClassVar[tuple[str, ...]] = ("entries",)
 
     def __init__(self, dim: int, source: Source, options: DictionaryOptions | None = None,
-                 zero_channels: int = 0) -> None:
+                 zero_channels: int = 0, *, vocabulary_size: int | None = None, where: str = "dictionary") -> None:
+        """``vocabulary_size``: V of the word embedding table a word dictionary's k-means runs over (given by the
+        models that own one; ``cap: vocabulary`` needs it); ``where``: the config key errors name."""
         super().__init__()
         if not 0 <= zero_channels < dim:
             raise ValueError(f"zero_channels must lie in [0, {dim}), got {zero_channels}")
         self.options = options or DictionaryOptions()
         self.source = source
         self.zero_channels = zero_channels
-        self.entries = nn.Parameter(torch.rand(self.options.size, dim - zero_channels) * RANDOM_SCALE)  # (K, D - z)
+        size = self.options.size
+        if self.options.cap == "vocabulary":
+            if source != "word" or vocabulary_size is None:
+                raise ConfigError(f"config key {where}.cap: 'vocabulary' applies to a model's word dictionary "
+                                  "(model.options.word_dictionary of kinds catt and mcan_catt)")
+            size = min(size, vocabulary_size)
+        self.whole_vocabulary = self.options.cap == "vocabulary" and size == vocabulary_size
+        self.entries = nn.Parameter(torch.rand(size, dim - zero_channels) * RANDOM_SCALE)  # (K, D - z)
 
     def extra_repr(self) -> str:
         zeros = f", zero_channels={self.zero_channels}" if self.zero_channels else ""
-        return (f"{self.source}, size={self.options.size}, dim={self.entries.shape[1]}{zeros}, "
+        return (f"{self.source}, size={self.entries.shape[0]}, dim={self.entries.shape[1]}{zeros}, "
                 f"init={self.options.init!r}")
 
     def forward(self) -> Tensor:
@@ -142,7 +162,19 @@ class GlobalDictionary(nn.Module):
             if entries.shape != tuple(self.entries.shape):
                 raise DataError(f"the {self.source} dictionary needs {tuple(self.entries.shape)} entries, the file "
                                 f"holds {entries.shape}", path=path)
+        elif self.whole_vocabulary:
+            entries = vocabulary_entries(resources, tuple(self.entries.shape))
         else:
-            entries = fit_entries(self.source, options.size, self.entries.shape[1], resources,
+            entries = fit_entries(self.source, self.entries.shape[0], self.entries.shape[1], resources,
                                   sample=options.sample, threads=torch.get_num_threads()).entries
         self.entries.copy_(torch.from_numpy(entries))
+
+
+def vocabulary_entries(resources: PrepareResources, shape: tuple[int, int]) -> np.ndarray:
+    """The word embedding table (V, d) as a dictionary of one entry per word (``cap: vocabulary`` at V <= size)."""
+    embeddings = resources.word_embeddings
+    if embeddings is None or tuple(embeddings.shape) != shape:
+        found = None if embeddings is None else tuple(embeddings.shape)
+        raise ConfigError(f"the word dictionary ({shape[0]} x {shape[1]}, cap: vocabulary) needs a word embedding "
+                          f"table of that shape; the task offers {found}")
+    return embeddings.detach().float().numpy().copy()

@@ -13,8 +13,13 @@ supplementary Sec. 9): every encoder and decoder layer carries an in-sample (IS)
 The CS queries always come from the sample (Q_C = f(X), Eq. 5): each CS layer reads the IS stream's input as its
 queries (the residual is over them) and the CS stream as its keys/values; after the first layer the CS stream has
 the sample's length, so the dictionary costs O(K n) at the first layer and the CS stream O(n^2) after it (Sec. 3.3).
-This is the layer structure of the authors' released code (LXMERT+CATT, ``BertLayer`` of type ``ft_same``), the
-only CATT code they released.
+For single-modality layers this is the layer structure of the authors' released code (LXMERT+CATT, ``BertLayer``
+of type ``ft_same``), the only CATT code they released. Its cross-modality layers (type ``g2g`` by default) differ
+twice, and vlattn's decoder follows the paper in both (docs/catt.md lists them): there the CS stream queries
+itself (queries from the CS states, not from the sample), and every cross-modality layer reads the encoder's CS
+states rather than the previous layer's CS output, so only the last such layer reaches the output (perturbing the
+first changes it by exactly 0); vlattn chains the CS stream from layer to layer with the sample's queries, as
+Eq. 5 and Fig. 5 have it.
 
 ``ModelConfig.options`` of kind ``catt`` (:class:`CattOptions`):
 
@@ -205,7 +210,7 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
         region_projection(cfg.feature_dim + box_channels, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
         None if options.share else [parts.encoder_layer(Site.CROSS) for _ in range(cfg.encoder_layers)],
-        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary),
+        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary, where="model.options.image_dictionary"),
         box_channels,
         parts.box_encoding(),
     )
@@ -217,7 +222,8 @@ def build_catt(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> CattCaptio
     decoder = CattDecoder(
         embed, SinusoidalPositions(cfg.d_model, cfg.max_positions), parts.decoder_layers(parts.cross_site),
         None if options.share else parts.decoder_layers(parts.cross_site),
-        GlobalDictionary(cfg.d_model, "word", options.word_dictionary), fusion, output,
+        GlobalDictionary(cfg.d_model, "word", options.word_dictionary, vocabulary_size=vocab_size,
+                         where="model.options.word_dictionary"), fusion, output,
         first_set(cfg.embedding_dropout, cfg.dropout),
     )
     return CattCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)

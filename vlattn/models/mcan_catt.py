@@ -162,6 +162,8 @@ def build_mcan_catt(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: 
     return MCANCatt(
         stems.question, stems.image_proj, backbone, stems.reduction(), stems.reduction(),
         parts.layer_norm_module(stems.flat_out), nn.Linear(streams.out_dim, num_answers),
-        GlobalDictionary(options.word_dim, "word", options.word_dictionary),
-        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary), streams, box_input=cfg.box_input,
+        GlobalDictionary(options.word_dim, "word", options.word_dictionary, vocabulary_size=num_words,
+                         where="model.options.word_dictionary"),
+        GlobalDictionary(cfg.feature_dim, "image", options.image_dictionary, where="model.options.image_dictionary"),
+        streams, box_input=cfg.box_input,
     )

@@ -189,7 +189,8 @@ class Parts:
         """Refuse the mechanism of ``model.<site_key>`` at a site of kind ``site`` unless its capabilities allow it."""
         spec, cfg = getattr(self.cfg, site_key), self.cfg
         dims = AttentionDims(cfg.d_model, cfg.num_heads, self.dropout, query_dim, key_dim)
-        check_placement(spec.name, dims, site=site, where=f"model.{site_key}", has_geometry=has_geometry, cached=cached)
+        check_placement(spec.name, dims, site=site, where=f"model.{site_key}", has_geometry=has_geometry, cached=cached,
+                        options=spec.options)
 
     def attention(self, site_key: str, site: Site, *, has_geometry: bool = False, cached: bool = False,
                   query_dim: int | None = None, key_dim: int | None = None) -> nn.Module:

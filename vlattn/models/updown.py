@@ -305,7 +305,7 @@ def top_down_attention(cfg: ModelConfig, attention_dim: int, query_dim: int, key
             f"(e.g. additive, stacked, sla); {spec.name!r} does not"
         )
     dims = AttentionDims(attention_dim, cfg.num_heads, first_set(cfg.attention_dropout, 0.0), query_dim, key_dim)
-    check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True)
+    check_placement(spec.name, dims, site=Site.CROSS, where=where, has_geometry=True, options=spec.options)
     options = {"score_bias": score_bias, **spec.options} if spec.name == "additive" else spec.options
     attention = build_attention(
         spec.name, d_model=attention_dim, num_heads=cfg.num_heads, dropout=dims.dropout, query_dim=query_dim,
