@@ -1,4 +1,4 @@
-"""Adam update of M2's parameters (configs/m2.yaml, vocabulary 10201): ``build_optimizer`` (PyTorch's fused kernel)
+"""Adam update of M2's parameters (vlattn/presets/m2.yaml, vocabulary 10201): ``build_optimizer`` (PyTorch's fused kernel)
 vs ``torch.optim.Adam`` with PyTorch's default implementation (a loop over the parameters on the CPU), same random
 gradients, one thread, interleaved rounds after an untimed first step, medians; the parameters of both are compared
 at the end.
@@ -27,7 +27,7 @@ def main() -> None:
     args = parse_args(__doc__, repeats=5)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = build_captioner(load_config("configs/m2.yaml").model, 10201, pad_id=0)
+    model = build_captioner(load_config("m2").model, 10201, pad_id=0)
     copies = {name: nn.ParameterList(p.detach().clone() for p in model.parameters()) for name in ("default", "fused")}
     grads = [torch.randn_like(p) for p in model.parameters()]
     for params in copies.values():
@@ -48,7 +48,7 @@ def main() -> None:
     with torch.no_grad():
         difference = max(float((a - b).abs().max()) for a, b in zip(copies["default"], copies["fused"]))
     count = sum(p.numel() for p in model.parameters())
-    body = f"""M2 (configs/m2.yaml, V = 10201): {count:,} parameters in {len(grads)} tensors, fixed random gradients; one Adam
+    body = f"""M2 (vlattn/presets/m2.yaml, V = 10201): {count:,} parameters in {len(grads)} tensors, fixed random gradients; one Adam
 step per implementation per round after an untimed first one, {args.repeats} interleaved rounds, `torch.set_num_threads(1)`, medians.
 
 | implementation | median step (s) | all (s) |

@@ -4,7 +4,7 @@ Beam 5, 20 steps, batch 10, 50 regions x 2048-d, vocabulary 10201; one thread; c
 interleaved; medians reported and written to benchmarks/RESULTS.md. ``--kind transformer`` (default; "## Beam
 search cache"): d=512, 3+3 layers; uncached means every step re-runs the decoder over the whole prefix and
 re-projects the image keys/values. ``--kind updown`` ("## Beam search cache (Up-Down)"): the model of
-configs/updown.yaml (LSTMs 1024, additive attention 512); uncached means every step re-runs both LSTMs over the
+vlattn/presets/updown.yaml (LSTMs 1024, additive attention 512); uncached means every step re-runs both LSTMs over the
 whole prefix and re-projects the regions for the attention.
 """
 
@@ -41,8 +41,8 @@ class Kind:
 KINDS = {
     "transformer": Kind("Beam search cache", "d=512, 8 heads,\n3+3 layers",
                         lambda: ModelConfig(encoder_layers=3, decoder_layers=3), "K/V cache", " (target >= 3x)"),
-    "updown": Kind("Beam search cache (Up-Down)", "configs/updown.yaml's Up-Down\n(LSTMs 1024, embedding 1024, "
-                   "additive attention 512)", lambda: load_config("configs/updown.yaml").model,
+    "updown": Kind("Beam search cache (Up-Down)", "vlattn/presets/updown.yaml's Up-Down\n(LSTMs 1024, embedding 1024, "
+                   "additive attention 512)", lambda: load_config("updown").model,
                    "LSTM states, region projections"),
 }
 

@@ -1,9 +1,9 @@
 """Decoder speed against a git revision: the same runs on this tree's vlattn and on vlattn at git revision REV
 (default ``main``), interleaved in one run.
 
-Each side is a worker process whose ``vlattn`` (and ``configs/``) come from its own tree (REV extracted with
-``git archive``); both build the same seeded models — the Transformer of configs/transformer.yaml at 3+3 layers and
-M2 of configs/m2.yaml, each side with its own tree's presets and defaults — and the same random batch of 10 images,
+Each side is a worker process whose ``vlattn`` (and presets) come from its own tree (REV extracted with
+``git archive``); both build the same seeded models — the Transformer of vlattn/presets/transformer.yaml at 3+3 layers and
+M2 of vlattn/presets/m2.yaml, each side with its own tree's presets and defaults — and the same random batch of 10 images,
 50 regions x 2048-d, vocabulary 10201. Runs:
 
 - beam search: beam 5, 20 steps, eval mode, no gradients, key/value caches;
@@ -74,8 +74,8 @@ def worker(root: Path, quick: bool, only: str | None) -> None:
         "XE step": xe_objective(pad_id=Vocabulary.PAD),
     }
     configs = {
-        "Transformer": load_config(root / "configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]),
-        "M2": load_config(root / "configs/m2.yaml"),
+        "Transformer": load_config(preset(root, "transformer"), ["model.encoder_layers=3", "model.decoder_layers=3"]),
+        "M2": load_config(preset(root, "m2")),
     }
     runs: dict[str, Callable[[], Any]] = {}
     losses: dict[str, Callable[[], float]] = {}  # eval-mode loss of each training run, before any update
@@ -148,10 +148,20 @@ class Side:
         self.process.wait()
 
 
+def preset(root: Path, name: str) -> str | Path:
+    """Preset ``name`` of the tree at ``root``: its top-level ``configs/NAME.yaml`` in a tree from before the presets
+    were package data, else the name (resolved by that tree's own ``vlattn``)."""
+    old = root / "configs" / f"{name}.yaml"
+    return old if old.is_file() else name
+
+
 def extract(revision: str, into: Path) -> Path:
-    """``vlattn/`` and ``configs/`` of git ``revision`` under ``into``."""
+    """``vlattn/`` (and ``configs/`` where the revision has one) of git ``revision`` under ``into``."""
     archive = into / "tree.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), revision, "vlattn", "configs"], check=True)
+    has_configs = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{revision}:configs"],
+                                 capture_output=True).returncode == 0
+    paths = ["vlattn", "configs"] if has_configs else ["vlattn"]
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), revision, *paths], check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -210,8 +220,8 @@ def main() -> None:
                     f"**{paired:.2f}x** |")
     body = f"""Before = `{revision}` (`--baseline {args.baseline}`), after = `{here}` (this tree), each in its own worker process
 (one torch thread), every (run, model) timed on both sides in alternating order in each of {args.repeats} rounds.
-Batch {BATCH if not args.quick else 2}, {REGIONS} regions x {FEATURES}-d, vocabulary {VOCAB}; Transformer = configs/transformer.yaml
-at 3+3 layers, M2 = configs/m2.yaml, each side with its own presets (after: no attention-weight or embedding dropout
+Batch {BATCH if not args.quick else 2}, {REGIONS} regions x {FEATURES}-d, vocabulary {VOCAB}; Transformer = vlattn/presets/transformer.yaml
+at 3+3 layers, M2 = vlattn/presets/m2.yaml, each side with its own presets (after: no attention-weight or embedding dropout
 by default). Beam search: beam {BEAM}, {LENGTH} steps, eval mode; SCST step: beam {BEAM} with gradients, a fixed
 token-count reward, mean baseline, backward, Adam; XE step: {LENGTH} tokens, backward, Adam. Adam = each side's
 `build_optimizer` (after: PyTorch's fused kernel).

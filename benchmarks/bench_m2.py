@@ -1,7 +1,7 @@
 """M2 vs the 3+3 Transformer: one XE training step, beam search and one SCST step.
 
 Batch 10, 50 regions x 2048-d (10 of them padded), captions of 20 input tokens, vocabulary 10201. M2 is the
-model of configs/m2.yaml; the Transformer is the same config with kind ``transformer``, plain encoder
+model of vlattn/presets/m2.yaml; the Transformer is the same config with kind ``transformer``, plain encoder
 self-attention and no options (so the two differ only in memory slots and meshed cross-attention).
 XE step: forward + cross-entropy + backward + Adam update, train mode. Beam search: beam 5, 20 steps, eval
 mode, no gradients, key/value caches. SCST step: train mode, ``beam_search(..., grad=True)`` (beam 5, 20
@@ -61,7 +61,7 @@ def scst_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: dict[s
 def main() -> None:
     args = parse_args(__doc__, repeats=5)
     torch.set_num_threads(1)
-    m2_config = load_config("configs/m2.yaml").model
+    m2_config = load_config("m2").model
     configs = {
         "Transformer": dataclasses.replace(
             m2_config, kind="transformer", encoder_self_attention=Spec("mha"), options={}
@@ -93,7 +93,7 @@ def main() -> None:
         )
     params = {name: f"{count_parameters(model)['total']:,}" for name, model in models.items()}
     body = f"""Batch {BATCH}, {REGIONS} regions x {FEATURES}-d (10 padded), {LENGTH} tokens, vocabulary {VOCAB}; d=512, 8 heads,
-FFN 2048, 3+3 layers, dropout 0.1, untied output without bias. M2 = configs/m2.yaml (m=40 memory slots,
+FFN 2048, 3+3 layers, dropout 0.1, untied output without bias. M2 = vlattn/presets/m2.yaml (m=40 memory slots,
 meshed sigmoid gates; {params["M2"]} parameters); Transformer = the same config with plain self-attention and
 single-level cross-attention ({params["Transformer"]} parameters). XE step: forward + cross-entropy + backward +
 Adam. Beam search: eval mode, K/V caches (M2: one per encoder level). SCST step: train mode,

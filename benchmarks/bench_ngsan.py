@@ -1,4 +1,4 @@
-"""Cost of NSA and GSA: SAN, N-SAN, G-SAN and NG-SAN (configs/san.yaml, n-san.yaml, g-san.yaml,
+"""Cost of NSA and GSA: SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml,
 ng-san.yaml; vocabulary 9487) on one XE training step and on encoding a batch for decoding.
 
 Batch 10, 50 regions x 2048-d (10 of them padded), captions of 20 input tokens. XE step: forward +
@@ -42,7 +42,7 @@ def main() -> None:
     models, optimizers = {}, {}
     for name, preset in PRESETS.items():
         torch.manual_seed(0)
-        models[name] = build_captioner(load_config(f"configs/{preset}.yaml").model, VOCAB)
+        models[name] = build_captioner(load_config(preset).model, VOCAB)
         optimizers[name] = torch.optim.Adam(models[name].parameters(), lr=1e-6)
     batch, regions = sized(args, 10, 2), sized(args, 50, 10)
     inputs = random_batch(batch, regions, LENGTH, FEATURES, VOCAB)

@@ -1,7 +1,7 @@
 """Roofline of decoding and training (issue 17): measured time over the time the run's FLOPs would take at this
 machine's one-thread matrix-multiply rate at the model's own GEMM shapes.
 
-Runs, for the Transformer (configs/transformer.yaml at 3+3 layers) and M2 (configs/m2.yaml), batch 10 images
+Runs, for the Transformer (vlattn/presets/transformer.yaml at 3+3 layers) and M2 (vlattn/presets/m2.yaml), batch 10 images
 of 50 regions x 2048-d, vocabulary 10201:
 
 - beam search: beam 5, 20 steps, eval mode, no gradients, key/value caches;
@@ -373,15 +373,15 @@ def seconds(run: Run) -> float:
 
 
 def build_models(package: str = "vlattn") -> dict[str, nn.Module]:
-    """The Transformer of configs/transformer.yaml at 3+3 layers and M2 of configs/m2.yaml, seeded alike, built by
+    """The Transformer of vlattn/presets/transformer.yaml at 3+3 layers and M2 of vlattn/presets/m2.yaml, seeded alike, built by
     ``package`` (this checkout's ``vlattn``, or another's under ``--against``)."""
     config = importlib.import_module(f"{package}.config")
     build = importlib.import_module(f"{package}.models").build_captioner
     configs = {
         "Transformer": config.load_config(
-            "configs/transformer.yaml", ["model.encoder_layers=3", "model.decoder_layers=3"]
+            "transformer", ["model.encoder_layers=3", "model.decoder_layers=3"]
         ),
-        "M2": config.load_config("configs/m2.yaml"),
+        "M2": config.load_config("m2"),
     }
     models = {}
     for name, cfg in configs.items():
@@ -547,7 +547,7 @@ def main() -> None:
                   "`use_packed_output`; decoding without gradients only — SCST and XE record gradients, so "
                   "`PackedLinear` runs `nn.Linear` there)" + ("; the other checkout's as it builds them." if theirs else "."))
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
-Transformer = configs/transformer.yaml with 3+3 layers, M2 = configs/m2.yaml. Beam search: beam {BEAM}, {steps} steps
+Transformer = vlattn/presets/transformer.yaml with 3+3 layers, M2 = vlattn/presets/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,
 loss, backward, Adam. XE step: train mode, {steps} tokens, cross-entropy, backward, Adam. Adam = the train stages'
 (`build_optimizer`: PyTorch's fused kernel). {packed}

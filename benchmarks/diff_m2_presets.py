@@ -1,4 +1,4 @@
-"""Every difference between configs/m2.yaml (the paper reading) and configs/m2-official.yaml (the released
+"""Every difference between vlattn/presets/m2.yaml (the paper reading) and vlattn/presets/m2-official.yaml (the released
 code's model and recipe), key by key with its reason, plus the differences of the released recipe that are not
 config keys; written to benchmarks/RESULTS.md ("M2 presets: paper vs released recipe"). A key that differs
 without a reason below is an error, so the table cannot fall behind the presets
@@ -13,7 +13,7 @@ from results import parse_args, publish
 
 from vlattn.config import config_to_dict, load_config
 
-PAPER, OFFICIAL = "configs/m2.yaml", "configs/m2-official.yaml"
+PAPER, OFFICIAL = "m2", "m2-official"
 
 # dotted key -> why the released code has the other value (file:line references are to the released repository)
 REASONS = {

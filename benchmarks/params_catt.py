@@ -1,5 +1,5 @@
-"""Trainable parameters of Transformer+CATT (configs/catt.yaml), MCAN+CATT (configs/vqa-catt.yaml) and BUTD+CATT
-(configs/updown-catt.yaml) beside the model without CATT of the same shape (for BUTD+CATT: configs/updown.yaml),
+"""Trainable parameters of Transformer+CATT (vlattn/presets/catt.yaml), MCAN+CATT (vlattn/presets/vqa-catt.yaml) and BUTD+CATT
+(vlattn/presets/updown-catt.yaml) beside the model without CATT of the same shape (for BUTD+CATT: vlattn/presets/updown.yaml),
 with the increment split into its parts, against the CATT paper's statement
 (supplementary Sec. 9: with IS-ATT and CS-ATT sharing their parameters, "the increments of the trainable parameters
 only come from the global image and word embedding dictionaries"; the paper gives no totals). Written to
@@ -24,8 +24,8 @@ VARIANTS = {  # row -> options over the preset's
     "shared, concat_linear (released code's fc)": {"fusion": "concat_linear"},
     "w/o Share, concat": {"share": False},
 }
-BUTD_VARIANTS = {  # row -> options of the top-down site's catt_additive over configs/updown-catt.yaml's
-    "unshared, concat (configs/updown-catt.yaml)": {},
+BUTD_VARIANTS = {  # row -> options of the top-down site's catt_additive over vlattn/presets/updown-catt.yaml's
+    "unshared, concat (vlattn/presets/updown-catt.yaml)": {},
     "shared, concat": {"share": True},
     "unshared, concat_linear": {"fusion": "concat_linear"},
 }
@@ -65,12 +65,12 @@ def row(name: str, cfg: ModelConfig, base_cfg: ModelConfig | None = None) -> str
 def main() -> None:
     args = parse_args(__doc__, repeats=0)
     rows = []
-    for preset, label in (("configs/catt.yaml", "Transformer+CATT 6+6, d=512"),
-                          ("configs/vqa-catt.yaml", "MCAN+CATT (MCAN-small)")):
+    for preset, label in (("catt", "Transformer+CATT 6+6, d=512"),
+                          ("vqa-catt", "MCAN+CATT (MCAN-small)")):
         cfg = load_config(preset).model
         for variant, options in VARIANTS.items():
             rows.append(row(f"{label}, {variant}", replace(cfg, options={**cfg.options, **options})))
-    butd, updown = load_config("configs/updown-catt.yaml").model, load_config("configs/updown.yaml").model
+    butd, updown = load_config("updown-catt").model, load_config("updown").model
     site = butd.decoder_cross_attention
     for variant, options in BUTD_VARIANTS.items():
         top_down = replace(site, options={**site.options, **options})
@@ -79,7 +79,7 @@ def main() -> None:
     body = f"""Trainable parameters with {WORDS:,} words (COCO Karpathy, words seen >= 5 times), {ANSWERS:,} VQA answers,
 2048-d regions, dictionaries of 500 entries each for the Transformer and MCAN (the paper's setting) and one image
 dictionary of 1000 entries for BUTD (supplementary Sec. 9). "base" is the same model without CATT (`kind:
-transformer` of the same shape; `kind: mcan` with MCAN's options; configs/updown.yaml, the same Up-Down with
+transformer` of the same shape; `kind: mcan` with MCAN's options; vlattn/presets/updown.yaml, the same Up-Down with
 additive top-down attention). The increment is split into the dictionaries, the widening of what reads [Z^; X^]
 ("reader": the word classifier, the answer classifier, BUTD's language LSTM) and the cross-sample stream's own
 layers; the three parts add up to the increment exactly.
@@ -103,7 +103,7 @@ parameter of the increment is accounted for:
 - MCAN+CATT's word dictionary lives in MCAN's 300-d word-embedding space (500 x 300, entered through the
   question LSTM), its image dictionary in the 2048-d region space.
 - `w/o Share` (Table 6) adds a second copy of every encoder and decoder layer (the CS layers column).
-- BUTD+CATT (configs/updown-catt.yaml beside configs/updown.yaml): the image dictionary 1000 x 2048 =
+- BUTD+CATT (vlattn/presets/updown-catt.yaml beside vlattn/presets/updown.yaml): the image dictionary 1000 x 2048 =
   {1000 * 2048:,}; the language LSTM reads [Z^; X^; h^1] instead of [v^; h^1], so its input weights widen by one
   2048-d vector: 4 x 1024 x 2048 = {4 * 1024 * 2048:,} (the reader column); unshared (our reading, docs/catt.md),
   CS-ATT has its own Eq. 23 layers W_k (2048 -> 512), W_q (1024 -> 512) and w (512 -> 1), with biases:

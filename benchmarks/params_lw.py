@@ -1,6 +1,6 @@
 """LW-Transformer Tables II-III: backbone parameters and MAdds of every row, ours beside the paper's,
 written to benchmarks/RESULTS.md ("## LW-Transformer parameters and MAdds"); and the paper's VQA tables (II-VI as
-they apply) with every row built as the VQA model itself (MCAN of configs/vqa-mcan.yaml with the row's
+they apply) with every row built as the VQA model itself (MCAN of vlattn/presets/vqa-mcan.yaml with the row's
 attention and feed-forward), counted in a forward pass of one question ("## LW-Transformer on VQA: the paper's
 tables").
 
@@ -54,8 +54,8 @@ class Row:
         return ModelConfig(encoder_layers=6, decoder_layers=6, max_positions=128, **self.specs())
 
     def vqa_config(self) -> ModelConfig:
-        """The MCAN-small preset (configs/vqa-mcan.yaml) with the row's sites."""
-        return dataclasses.replace(load_config("configs/vqa-mcan.yaml").model, **self.specs())
+        """The MCAN-small preset (vlattn/presets/vqa-mcan.yaml) with the row's sites."""
+        return dataclasses.replace(load_config("vqa-mcan").model, **self.specs())
 
 
 def lw(k: int = 2, n: int = 1, ws: bool = True, lml: bool = False) -> dict:
@@ -106,8 +106,8 @@ def verdict(row: Row, counts: dict[str, float]) -> str:
 
 
 PRESETS = {  # the two exact counts through `vlattn profile` (the CLI's code path)
-    "configs/transformer.yaml": ["model.encoder_layers=6", "model.decoder_layers=6", "model.max_positions=128"],
-    "configs/lw-transformer.yaml": ["model.max_positions=128"],
+    "transformer": ["model.encoder_layers=6", "model.decoder_layers=6", "model.max_positions=128"],
+    "lw-transformer": ["model.max_positions=128"],
 }
 
 
@@ -225,7 +225,7 @@ def vqa_tables() -> str:
     same = ("identical for every row" if all(agree)
             else f"different for {', '.join(r.label for r, ok in zip(ROWS, agree) if not ok)}")
     return f"""Every row of the paper's ablation (Tables II-III) built as the VQA model itself: the MCAN-small preset
-(configs/vqa-mcan.yaml: 6 SA + 6 SGA units, d=512, FFN 2048, 8 heads) with the row's `gmha` options at the three
+(vlattn/presets/vqa-mcan.yaml: 6 SA + 6 SGA units, d=512, FFN 2048, 8 heads) with the row's `gmha` options at the three
 attention sites and `gffn` as the feed-forward; backbone = the 12 units (`MCAN.backbone_layers()`, what `vlattn
 profile` reports); MAdds = FLOPs / 2 of those units in a forward pass of one question with {REGIONS} regions and
 {WORDS} words. These counts are {same} to the captioner-built backbone of "LW-Transformer parameters and MAdds"
@@ -234,8 +234,8 @@ accounted for there: "paper figure is" says which of our counts the printed one 
 parameters, or the weight matrices only, the convention of the paper's LW rows), or the gap; three rows match
 no reading.
 
-Presets: `vlattn profile --config configs/vqa-mcan.yaml --json` -> backbone 44,138,496, 2.582 G;
-`vlattn profile --config configs/vqa-lw.yaml --json` -> backbone 24,067,584, 1.853 G (tests/models/test_lw_vqa.py
+Presets: `vlattn profile --config vqa-mcan --json` -> backbone 44,138,496, 2.582 G;
+`vlattn profile --config vqa-lw --json` -> backbone 24,067,584, 1.853 G (tests/models/test_lw_vqa.py
 checks the latter through the CLI and against the complexity formulas).
 
 | row | paper table | paper #Params | ours, MCAN backbone | paper figure is | paper MAdds | ours, MCAN | paper VQA2.0 val | paper test-dev |

@@ -1,4 +1,4 @@
-"""Trainable parameters of M2 (configs/m2.yaml, vocabulary 10201, 2048-d regions) by component, against the
+"""Trainable parameters of M2 (vlattn/presets/m2.yaml, vocabulary 10201, 2048-d regions) by component, against the
 3+3 Transformer with the same config; written to benchmarks/RESULTS.md
 ("## M2 parameters"). Components group parameter names with layer indices collapsed to ``*``.
 """
@@ -30,7 +30,7 @@ def components(model: nn.Module) -> Counter[str]:
 
 def main() -> None:
     args = parse_args(__doc__, repeats=0)
-    m2_config = load_config("configs/m2.yaml").model
+    m2_config = load_config("m2").model
     m2 = build_captioner(m2_config, VOCAB)
     transformer = build_captioner(
         dataclasses.replace(m2_config, kind="transformer", encoder_self_attention=Spec("mha"), options={}), VOCAB
@@ -47,7 +47,7 @@ def main() -> None:
     )
     memory = sum(ours[name] for name in ours if "memory_" in name)
     gates = sum(ours[name] for name in ours if "gate_proj" in name)
-    body = f"""configs/m2.yaml (3+3 layers, d=512, 8 heads, FFN 2048, m=40 memory slots, meshed sigmoid gates, untied
+    body = f"""vlattn/presets/m2.yaml (3+3 layers, d=512, 8 heads, FFN 2048, m=40 memory slots, meshed sigmoid gates, untied
 output layer without bias), vocabulary {VOCAB}, 2048-d regions; the Transformer is the same config with plain
 encoder self-attention and single-level cross-attention. Trainable parameters (`count_parameters`):
 

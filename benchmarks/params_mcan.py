@@ -1,5 +1,5 @@
-"""Trainable parameters and backbone multiply-adds of MCAN-small (configs/vqa-mcan.yaml) and MCAN-large
-(configs/vqa-mcan-large.yaml) by component, against the LW-Transformer paper's Table II "Transformer" row
+"""Trainable parameters and backbone multiply-adds of MCAN-small (vlattn/presets/vqa-mcan.yaml) and MCAN-large
+(vlattn/presets/vqa-mcan-large.yaml) by component, against the LW-Transformer paper's Table II "Transformer" row
 (the MCAN 6+6 backbone: 44.1M parameters, 2.58G MAdds); written to benchmarks/RESULTS.md ("## MCAN
 parameters"). Components group parameter names with layer indices collapsed to ``*``. ``--quick``: the small
 model only.
@@ -18,7 +18,7 @@ from vlattn.tasks.base import ProfileShapes
 from vlattn.tasks.vqa import VQA, vqa_batch
 
 WORDS, ANSWERS = 10201, 3129
-PRESETS = {"MCAN-small": "configs/vqa-mcan.yaml", "MCAN-large": "configs/vqa-mcan-large.yaml"}
+PRESETS = {"MCAN-small": "vqa-mcan", "MCAN-large": "vqa-mcan-large"}
 
 
 def measure(config: str) -> tuple[dict, dict, dict]:

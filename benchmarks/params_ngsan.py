@@ -1,4 +1,4 @@
-"""Trainable parameters of SAN, N-SAN, G-SAN and NG-SAN (configs/san.yaml, n-san.yaml, g-san.yaml, ng-san.yaml)
+"""Trainable parameters of SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml, ng-san.yaml)
 with the 9487-word COCO vocabulary and 2048-d regions, beside NG-SAN's Tables 1, 4 and 6; written
 to benchmarks/RESULTS.md ("## NG-SAN parameters"). Models are built on the meta device (no weights allocated);
 the counts are those ``vlattn profile --vocab-size 9487`` prints.
@@ -29,7 +29,7 @@ TABLE_4 = {  # GSA variants at L = 4 (Table 4), N-SAN and NG-SAN (Table 6)
 
 
 def preset(name: str) -> ModelConfig:
-    return load_config(f"configs/{name}.yaml").model
+    return load_config(name).model
 
 
 def count(cfg: ModelConfig) -> int:
@@ -86,7 +86,7 @@ def main() -> None:
     mcan, mcan_gsa = mcan_backbone("vqa-mcan"), mcan_backbone("vqa-mcan-gsa")
     body = f"""Vocabulary {VOCAB}, 2048-d regions, d=512, 8 heads, FFN 2048, untied output layer with bias (the presets);
 trainable parameters counted on models built on the meta device — the totals `vlattn profile --config
-configs/<preset>.yaml --vocab-size 9487` prints.
+<preset> --vocab-size 9487` prints.
 
 Table 1 (L encoder + L decoder layers):
 
@@ -126,7 +126,7 @@ Accounting for the differences:
 - Parts of the query-dependent geometric bias over the 4 layers: {', '.join(f'`{k}` {v:,}' for k, v in query.items())}.
 
 Table 9 (VQA, MCAN + GSA; the paper prints no parameter count for it): the MCAN-small backbone of
-configs/vqa-mcan.yaml has {mcan:,} parameters, that of configs/vqa-mcan-gsa.yaml (query-dependent GSA in the 6
+vlattn/presets/vqa-mcan.yaml has {mcan:,} parameters, that of vlattn/presets/vqa-mcan-gsa.yaml (query-dependent GSA in the 6
 image self-attention layers) {mcan_gsa:,}: + {mcan_gsa - mcan:,} = 6 x {(mcan_gsa - mcan) // 6:,}, the same geometric bias per
 layer as in G-SAN's encoder."""
     publish("NG-SAN parameters", body, args)

@@ -1,5 +1,5 @@
-"""Trainable parameters of the twin-stream SLA model in the SLA paper's Table 1 setup (configs/vqa-sla.yaml) and
-of its stacked-attention baseline (configs/vqa-stacked.yaml), by component, with the same vocabulary sizes as
+"""Trainable parameters of the twin-stream SLA model in the SLA paper's Table 1 setup (vlattn/presets/vqa-sla.yaml) and
+of its stacked-attention baseline (vlattn/presets/vqa-stacked.yaml), by component, with the same vocabulary sizes as
 "MCAN parameters"; written to benchmarks/RESULTS.md ("## Twin-stream SLA parameters"). Components group
 parameter names with unit indices collapsed to ``*``.
 """
@@ -17,7 +17,7 @@ from vlattn.models import build_vqa_model
 from vlattn.models.profile import backbone_parameters, count_parameters
 
 WORDS, ANSWERS = 10201, 3129
-PRESETS = {"twin-stream SLA": "configs/vqa-sla.yaml", "twin-stream stacked": "configs/vqa-stacked.yaml"}
+PRESETS = {"twin-stream SLA": "vqa-sla", "twin-stream stacked": "vqa-stacked"}
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Trainable parameters of the Up-Down captioner (configs/updown.yaml: LSTMs 1024, word embedding 1024, attention
+"""Trainable parameters of the Up-Down captioner (vlattn/presets/updown.yaml: LSTMs 1024, word embedding 1024, attention
 512, 2048-d regions) at the self-critical.pytorch COCO vocabulary (9,487 words, UNK included), beside the
 self-critical.pytorch UpDownModel with the same sizes and the authors' released Caffe net, both counted from their
 layer definitions; written to benchmarks/RESULTS.md ("## Up-Down parameters").
@@ -88,7 +88,7 @@ def components(model: torch.nn.Module) -> dict[str, int]:
 
 def main() -> None:
     args = parse_args(__doc__, repeats=0)
-    cfg = load_config("configs/updown.yaml").model
+    cfg = load_config("updown").model
     hidden, embed = cfg.d_model, cfg.options["embed_dim"]
     attention, features = cfg.options["attention_dim"], cfg.feature_dim
     with torch.device("meta"):
@@ -107,7 +107,7 @@ def main() -> None:
     pooled_extra = 4 * hidden * (features - hidden)
     sc_exact = trainable(ours_sc) == total_theirs
     caffe_gap = trainable(ours_caffe_rows) - sum(released.values())
-    body = f"""configs/updown.yaml (kind `updown`, variant `paper`: LSTMs M = {hidden}, word embedding E = {embed},
+    body = f"""vlattn/presets/updown.yaml (kind `updown`, variant `paper`: LSTMs M = {hidden}, word embedding E = {embed},
 attention H = {attention}, D = {features}-d regions), vocabulary: self-critical.pytorch's {WORDS:,} COCO words (UNK
 included) = {OURS:,} rows here (+ PAD, BOS, EOS) and {THEIRS:,} there (row 0 is BOS, EOS and padding). The reference
 columns are counted from the layer definitions of self-critical.pytorch's `captioning/models/AttModel.py`

@@ -4,8 +4,8 @@ independent) while half of all objects are drawn in shadow (colour not visible) 
 (`vlattn data synth ... --ambiguous 0.5 --missed 0.5`, docs/catt.md says why), score the test split with CIDEr-D
 and the bias metrics (CHAIR_s, CHAIR_i, A@Attr; vlattn.metrics.bias), and write the means, spreads and per-seed
 values to benchmarks/RESULTS.md ("CATT bias benchmark on confounded synthetic data").
-Variants (:data:`VARIANTS`): Transformer vs Transformer+CATT (configs/demo.yaml, configs/catt-demo.yaml), Up-Down vs
-Up-Down+CATT (BUTD+CATT, supplementary Sec. 9: configs/updown-demo.yaml, configs/updown-catt-demo.yaml), and Table
+Variants (:data:`VARIANTS`): Transformer vs Transformer+CATT (vlattn/presets/demo.yaml, vlattn/presets/catt-demo.yaml), Up-Down vs
+Up-Down+CATT (BUTD+CATT, supplementary Sec. 9: vlattn/presets/updown-demo.yaml, vlattn/presets/updown-catt-demo.yaml), and Table
 6's ablations of Transformer+CATT (w/o Init, w/o Share, dictionary sizes). The main variants (:data:`MAIN`) run
 first, all their seeds, then the ablations.
 
@@ -42,19 +42,19 @@ from vlattn.metrics.bias import GENERIC, read_caption
 DICTIONARY = "model.options.{}_dictionary.{}={}"
 BOTH = ("image", "word")
 VARIANTS: dict[str, tuple[str, str, list[str]]] = {  # key -> (row name, config, overrides)
-    "base": ("Transformer", "configs/demo.yaml", []),
-    "catt": ("Transformer+CATT (D#500)", "configs/catt-demo.yaml", []),
-    "wo_init": ("CATT w/o Init (random U(0, 0.01))", "configs/catt-demo.yaml",
+    "base": ("Transformer", "demo", []),
+    "catt": ("Transformer+CATT (D#500)", "catt-demo", []),
+    "wo_init": ("CATT w/o Init (random U(0, 0.01))", "catt-demo",
                 [DICTIONARY.format(d, "init", "random") for d in BOTH]),
-    "wo_share": ("CATT w/o Share", "configs/catt-demo.yaml", ["model.options.share=false"]),
-    "d100": ("CATT D#100", "configs/catt-demo.yaml",
+    "wo_share": ("CATT w/o Share", "catt-demo", ["model.options.share=false"]),
+    "d100": ("CATT D#100", "catt-demo",
              [DICTIONARY.format(d, "size", 100) for d in BOTH]),
-    "d200": ("CATT D#200", "configs/catt-demo.yaml",
+    "d200": ("CATT D#200", "catt-demo",
              [DICTIONARY.format(d, "size", 200) for d in BOTH]),
-    "d1000": ("CATT D#1000", "configs/catt-demo.yaml",
+    "d1000": ("CATT D#1000", "catt-demo",
               [DICTIONARY.format(d, "size", 1000) for d in BOTH]),
-    "updown": ("Up-Down", "configs/updown-demo.yaml", []),
-    "updown_catt": ("Up-Down+CATT (D#100)", "configs/updown-catt-demo.yaml", []),
+    "updown": ("Up-Down", "updown-demo", []),
+    "updown_catt": ("Up-Down+CATT (D#100)", "updown-catt-demo", []),
 }
 MAIN = ("base", "catt", "updown", "updown_catt")  # Table 2's rows: run first
 CONFOUNDED = "circle"  # the shape whose colour (red) and company (star) the training data bind

@@ -4,8 +4,8 @@ side; written to benchmarks/RESULTS.md ("## LW-Transformer on synthetic data", "
 data").
 
 Runs, one after another (one torch thread each): ``vlattn train`` with the task's Transformer preset
-(configs/demo.yaml; VQA: the MCAN of configs/vqa-demo.yaml), its LW preset (configs/lw-demo.yaml;
-configs/vqa-lw-demo.yaml) and the LW preset with expansion 3 at the three attention sites, then ``vlattn eval
+(vlattn/presets/demo.yaml; VQA: the MCAN of vlattn/presets/vqa-demo.yaml), its LW preset (vlattn/presets/lw-demo.yaml;
+vlattn/presets/vqa-lw-demo.yaml) and the LW preset with expansion 3 at the three attention sites, then ``vlattn eval
 --split test --json`` of each best checkpoint. Existing finished runs are reused (delete a run directory to redo
 it). Speed is measured afterwards on the trained models, interleaved: one training step (forward + loss +
 backward + Adam) on a real training batch, and inference on a real test batch (captioning: beam search with the
@@ -46,14 +46,14 @@ SITES = ("encoder_self_attention", "decoder_self_attention", "decoder_cross_atte
 EXPAND_3 = [f"model.{site}.options.expansion=3" for site in SITES]
 VARIANTS = {  # task -> variant -> (preset, overrides)
     "captioning": {
-        "Transformer": ("configs/demo.yaml", []),
-        "LW-Transformer 1x": ("configs/lw-demo.yaml", []),
-        "LW-Transformer 3x": ("configs/lw-demo.yaml", EXPAND_3),
+        "Transformer": ("demo", []),
+        "LW-Transformer 1x": ("lw-demo", []),
+        "LW-Transformer 3x": ("lw-demo", EXPAND_3),
     },
     "vqa": {
-        "Transformer": ("configs/vqa-demo.yaml", []),
-        "LW-Transformer 1x": ("configs/vqa-lw-demo.yaml", []),
-        "LW-Transformer 3x": ("configs/vqa-lw-demo.yaml", EXPAND_3),
+        "Transformer": ("vqa-demo", []),
+        "LW-Transformer 1x": ("vqa-lw-demo", []),
+        "LW-Transformer 3x": ("vqa-lw-demo", EXPAND_3),
     },
 }
 VLATTN = [sys.executable, "-m", "vlattn.cli", "--threads", "1"]
@@ -248,8 +248,8 @@ def tables(bench: Bench, runs: dict[str, Path], repeats: int) -> Tables:
 
 def captioning_body(args: argparse.Namespace, t: Tables, sets: str) -> str:
     return f"""Synthetic data at {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
-5 captions each, 512-d region features + box channels). Same budget for the three: configs/demo.yaml's 2+2 layers,
-d=128, 4 heads, FFN 512, 10 XE epochs, batch 50, seed 1234, Noam (scale 0.5, warm-up 400); LW = configs/lw-demo.yaml
+5 captions each, 512-d region features + box channels). Same budget for the three: vlattn/presets/demo.yaml's 2+2 layers,
+d=128, 4 heads, FFN 512, 10 XE epochs, batch 50, seed 1234, Noam (scale 0.5, warm-up 400); LW = vlattn/presets/lw-demo.yaml
 (G-MHA at the three attention sites and G-FFN, k=2, WS, the rate x sqrt(2) as in Sec. IV-C), 3x with Q/K head
 width 3 x 32. Best checkpoint by val CIDEr-D, test split, beam 3. Overrides: `{sets or 'none'}`.
 
@@ -289,9 +289,9 @@ d=512 the layers are faster where their FLOPs are lower — see "LW-Transformer 
 def vqa_body(args: argparse.Namespace, t: Tables, sets: str) -> str:
     return f"""Synthetic data at {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
 5 questions per image with ten simulated answers each, 512-d region features + box channels). Same budget for the
-three: configs/vqa-demo.yaml's MCAN (2 question self-attention + 2 image self-/question-guided attention layers,
+three: vlattn/presets/vqa-demo.yaml's MCAN (2 question self-attention + 2 image self-/question-guided attention layers,
 d=64, 4 heads, FFN 256, 64-d word embeddings), 12 epochs, batch 32, seed 1234, warm-up/multi-step schedule at 1e-3,
-BCE summed; LW = configs/vqa-lw-demo.yaml (G-MHA at the three attention sites and G-FFN, k=2 groups of 2 heads, WS,
+BCE summed; LW = vlattn/presets/vqa-lw-demo.yaml (G-MHA at the three attention sites and G-FFN, k=2 groups of 2 heads, WS,
 the rate x sqrt(2) as in Sec. IV-C), 3x with Q/K head width 3 x 16. Best checkpoint by validation accuracy, test
 split (1,000 questions), official VQA accuracy in percent. Overrides: `{sets or 'none'}`.
 

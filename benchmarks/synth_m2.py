@@ -15,7 +15,7 @@ import yaml
 from results import write_section
 
 METRICS = ("Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
-MODELS = {"Transformer": "configs/demo.yaml", "M2": "configs/m2-demo.yaml"}
+MODELS = {"Transformer": "demo", "M2": "m2-demo"}
 
 
 def scores_of(report: dict) -> dict[str, float]:
@@ -56,7 +56,7 @@ def main() -> None:
     layers = f"{model['encoder_layers']}+{model['decoder_layers']} layers"
     shape = f"{layers}, d={model['d_model']}, {model['num_heads']} heads"
     body = f"""Synthetic data set at {args.data} (2000 images: 1600 train / 200 val / 200 test, 5 captions each, 512-d
-region features). The Transformer of configs/demo.yaml vs M2 (configs/m2-demo.yaml: the same model and training
+region features). The Transformer of vlattn/presets/demo.yaml vs M2 (vlattn/presets/m2-demo.yaml: the same model and training
 with m=40 memory slots and meshed sigmoid-gated cross-attention), both as the presets stood when the runs were
 made ({shape}; the full configs are in each run's config.yaml), the same budget: batch 50, overrides
 `{' '.join(args.overrides) or 'none'}`; best checkpoint by val CIDEr-D, test split, beam 3.

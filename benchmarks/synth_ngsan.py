@@ -2,7 +2,7 @@
 train each model with the same budget for several seeds, score the test split, measure how well each model
 states spatial relations, and write the table to benchmarks/RESULTS.md ("## NG-SAN on synthetic data").
 
-Every run is ``vlattn --threads 1 train`` with configs/demo.yaml and the same overrides except the encoder
+Every run is ``vlattn --threads 1 train`` with vlattn/presets/demo.yaml and the same overrides except the encoder
 self-attention (and, for "absolute", ``model.box_encoding``), then ``vlattn --threads 1 eval --split test
 --json``. Runs whose evaluation exists are reused, so an interrupted driver continues where it stopped.
 
@@ -36,7 +36,7 @@ from vlattn.data.vocab import Vocabulary
 from vlattn.tasks.captioning import build_model, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
 
-CONFIG = "configs/demo.yaml"
+CONFIG = "demo"
 COMMON = ["model.box_input=false"]  # the papers' setting: detector features only; geometry only through GSA
 MODELS: dict[str, list[str]] = {
     "SAN": ["model.encoder_self_attention.name=mha"],
@@ -205,7 +205,7 @@ def main() -> None:
         raise SystemExit(f"no evaluated runs under {args.runs}")
     pairs = next(iter(results.values()))["pairs"]
     seeds = ", ".join(map(str, args.seeds))
-    body = f"""configs/demo.yaml (Transformer 2+2 layers, d=128, 4 heads, FFN 512, 10 XE epochs, Noam scale 0.5, warm-up
+    body = f"""vlattn/presets/demo.yaml (Transformer 2+2 layers, d=128, 4 heads, FFN 512, 10 XE epochs, Noam scale 0.5, warm-up
 400, batch 50) with `{' '.join(COMMON + args.overrides)}` for every model, so that geometry reaches the model only
 through the encoder self-attention (as in the paper, SAN sees detector features only); the encoder self-attention
 is mha (SAN), nsa (N-SAN), gsa (G-SAN, query-dependent), ngsa (NG-SAN) with their default options, mha plus

@@ -24,7 +24,7 @@ from vlattn.models import build_captioner
 from vlattn.models.profile import trainable
 
 METRICS = ("Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
-MODELS = {"Up-Down": ("updown", "configs/updown-demo.yaml"), "Up-Down + SLA": ("updown-sla", "configs/updown-sla-demo.yaml")}
+MODELS = {"Up-Down": ("updown", "updown-demo"), "Up-Down + SLA": ("updown-sla", "updown-sla-demo")}
 VLATTN = [sys.executable, "-m", "vlattn.cli", "--threads", "1"]
 
 
@@ -102,10 +102,10 @@ def main() -> None:
     sla = model.decoder_cross_attention.options
     decoding = "greedy decoding" if beam == 1 else f"beam {beam}"
     body = f"""Synthetic data set {args.data} (`vlattn data synth`, defaults: 2000 images, 1600 train / 200 val / 200 test,
-5 captions each, 512-d region features). configs/updown-demo.yaml (Up-Down, additive top-down attention: LSTMs
+5 captions each, 512-d region features). vlattn/presets/updown-demo.yaml (Up-Down, additive top-down attention: LSTMs
 {model.d_model}, embedding {model.options['embed_dim']}, attention {model.options['attention_dim']}, box channels appended to the
 features, {train.epochs} XE epochs, batch {train.batch_size}, lr {train.schedule.options['base_lr']:g} x{train.schedule.options['decay_factor']:g} every
-{train.schedule.options['decay_every']} epochs after epoch {train.schedule.options['decay_start_epoch']}, dropout {model.dropout}) vs configs/updown-sla-demo.yaml (the same with SLA at
+{train.schedule.options['decay_every']} epochs after epoch {train.schedule.options['decay_start_epoch']}, dropout {model.dropout}) vs vlattn/presets/updown-sla-demo.yaml (the same with SLA at
 the top-down site: T = {sla['units']}, {sla['activation']}, positional bias from the {sla['position']}, {sla['pooling']} pooling);
 overrides `{' '.join(args.overrides) or 'none'}`. Same budget:
 same epochs, batches and schedule; seeds {', '.join(map(str, args.seeds))} (model initialisation and data order);

@@ -2,12 +2,12 @@
 type; mean ± sample deviation over seeds) beside the majority training answer of each question type, with the
 commands that produced it. Two comparisons, each written to its own section of benchmarks/RESULTS.md:
 
-- ``--compare image``: MCAN (configs/vqa-demo.yaml) beside the same model
+- ``--compare image``: MCAN (vlattn/presets/vqa-demo.yaml) beside the same model
   trained and evaluated with the image zeroed (question only);
 - ``--compare catt``: MCAN beside MCAN+CATT at the same size
-  and budget (configs/vqa-catt-demo.yaml);
+  and budget (vlattn/presets/vqa-catt-demo.yaml);
 - ``--compare sla``: the twin-stream SLA model
-  (configs/vqa-sla-demo.yaml) beside the same model with plain stacked attention units (configs/vqa-stacked-demo.yaml),
+  (vlattn/presets/vqa-sla-demo.yaml) beside the same model with plain stacked attention units (vlattn/presets/vqa-stacked-demo.yaml),
   on the grid features of ``vlattn data synth --grid 6``.
 
 Run directories are ``RUNS/<stem>`` (one seed, the config's) or ``RUNS/<stem>-s<seed>`` (``--seeds``); each holds
@@ -71,15 +71,15 @@ class Comparison:
     shape: Callable[[Config], str] = mcan_shape
 
 
-MCAN = Model("MCAN", "mcan", "configs/vqa-demo.yaml")
+MCAN = Model("MCAN", "mcan", "vqa-demo")
 COMPARISONS = {
     "image": Comparison("VQA on synthetic data", (
         MCAN, Model("MCAN, image zeroed (question only)", "question-only", MCAN.config, ("data.zero_image=true",)))),
     "catt": Comparison("MCAN vs MCAN+CATT on synthetic VQA", (
-        MCAN, Model("MCAN+CATT", "catt", "configs/vqa-catt-demo.yaml"))),
+        MCAN, Model("MCAN+CATT", "catt", "vqa-catt-demo"))),
     "sla": Comparison("Twin-stream SLA vs stacked attention on synthetic VQA", (
-        Model("twin-stream SLA", "sla", "configs/vqa-sla-demo.yaml"),
-        Model("twin-stream stacked attention", "stacked", "configs/vqa-stacked-demo.yaml")),
+        Model("twin-stream SLA", "sla", "vqa-sla-demo"),
+        Model("twin-stream stacked attention", "stacked", "vqa-stacked-demo")),
         data_options=" --grid 6", shape=twin_stream_shape),
 }
 

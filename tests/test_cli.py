@@ -106,7 +106,7 @@ def test_profile_json(trained: tuple[Path, Path, Path]) -> None:
 
 
 def test_profile_length_beyond_the_positions_is_one_line() -> None:
-    result = _cli("profile", "--config", "configs/demo.yaml", "--length", "100", "--repeats", "1")
+    result = _cli("profile", "--config", "demo", "--length", "100", "--repeats", "1")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "--length 100 needs model.max_positions >= 101" in result.stderr
 
@@ -206,3 +206,23 @@ def test_eval_reports_bias_metrics_with_a_lexicon(trained: tuple[Path, Path, Pat
     plain = json.loads(runner.invoke(app, ["eval", "--checkpoint", str(run), "--split", "test", "--json",
                                            "--device", "cpu"]).stdout)
     assert "CHAIR_s" not in plain["scores"] and "scenes.json is absent" in plain["unavailable"]["CHAIR"]
+
+
+def test_config_list_and_show() -> None:
+    """`vlattn config list` names every preset with its description; `vlattn config show NAME` prints the resolved
+    config (base chain, overrides, defaults), which loads back to the same config."""
+    from vlattn import shipped_presets as presets
+    from vlattn.validation import load_valid_config, valid_config
+
+    listed = runner.invoke(app, ["config", "list"])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.strip().splitlines()
+    assert [line.split()[0] for line in lines] == presets.names()
+    assert all(line.split(None, 1)[1] == presets.describe()[line.split()[0]] for line in lines)
+    shown = runner.invoke(app, ["config", "show", "m2-demo", "--set", "train.epochs=3"])
+    assert shown.exit_code == 0, shown.output
+    data = yaml.safe_load(shown.output)
+    assert data["model"]["kind"] == "m2" and data["model"]["d_model"] == 128 and data["train"]["epochs"] == 3
+    assert "base" not in data and "description" not in data
+    assert config_to_dict(valid_config(data)) == config_to_dict(load_valid_config("m2-demo", ["train.epochs=3"]))
+    assert "unknown config key model.dmodel" in user_error(["config", "show", "demo", "--set", "model.dmodel=3"])

@@ -88,7 +88,7 @@ def test_failed_writes_remove_only_their_own_temporaries(tmp_path: Path, monkeyp
     with pytest.raises(RuntimeError), atomic_path(tmp_path / "out.json") as tmp:
         tmp.write_text("half")
         raise RuntimeError("interrupted")
-    cfg = load_valid_config("configs/demo.yaml")
+    cfg = load_valid_config("demo")
     model = build_captioner(cfg.model, 12)
 
     def broken(*args: object, **kwargs: object) -> None:

@@ -23,6 +23,8 @@ app = typer.Typer(help="Attention-based vision-language models: captioning and V
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
 app.add_typer(catt_app, name="catt", help="Causal Attention: k-means dictionaries ahead of training.")
+config_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(config_app, name="config", help="The shipped presets and resolved configs.")
 app.command()(score)
 
 @app.callback()
@@ -36,7 +38,8 @@ def options(
         torch.set_num_threads(threads)
 
 
-CONFIG = typer.Option(..., "--config", "-c", help="YAML config (see configs/).")
+CONFIG_HELP = "Preset name (`vlattn config list`) or YAML/JSON config file."
+CONFIG = typer.Option(..., "--config", "-c", help=CONFIG_HELP)
 SET = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 PACKED_OUTPUT = typer.Option(
@@ -47,9 +50,9 @@ PACKED_OUTPUT = typer.Option(
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Option(
-        None, "--config", "-c", help="YAML config (see configs/). With --resume optional: the run keeps its own "
-                                     "config (change training settings with --set)."),
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", help=f"{CONFIG_HELP} With --resume optional: the run keeps its own config (change "
+                                     "training settings with --set)."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (checkpoints, logs, predictions)."),
     overrides: Optional[List[str]] = SET,
     stage: Optional[str] = typer.Option(
@@ -110,7 +113,7 @@ def caption(
 
 @app.command()
 def profile(
-    config: Path = CONFIG,
+    config: str = CONFIG,
     overrides: Optional[List[str]] = SET,
     vocab_size: Optional[int] = typer.Option(None, help="Word vocabulary size (default: the task's; captioning 10201)."),
     batch: Optional[int] = typer.Option(None, help="Batch size for FLOPs/latency (default 10)."),
@@ -162,8 +165,8 @@ def import_checkpoint(
     vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
     heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", "-c", help="YAML whose data/train/eval sections the run uses (default: the released "
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", help="Preset or YAML whose data/train/eval sections the run uses (default: the released "
         "evaluation settings); the model section comes from the checkpoint."),
 ) -> None:
     """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, SCST)."""
@@ -172,6 +175,33 @@ def import_checkpoint(
 
     base = load_valid_config(config) if config is not None else None
     typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base)))
+
+
+@config_app.command("list")
+def config_list() -> None:
+    """The shipped presets, one per line: name and description."""
+    from vlattn.shipped_presets import describe
+
+    described = describe()
+    width = max(map(len, described))
+    for name, description in described.items():
+        typer.echo(f"{name:<{width}}  {description}")
+
+
+@config_app.command("show")
+def config_show(
+    config: str = typer.Argument(..., help=CONFIG_HELP),
+    overrides: Optional[List[str]] = SET,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of YAML."),
+) -> None:
+    """The fully resolved config (base chain, overrides and defaults filled in), validated, as YAML."""
+    import yaml
+
+    from vlattn.config import config_to_dict
+    from vlattn.validation import load_valid_config
+
+    data = config_to_dict(load_valid_config(config, overrides or []))
+    typer.echo(json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False).rstrip())
 
 
 def main() -> None:

@@ -1,15 +1,17 @@
 """Dataclass configs with YAML in and out; unknown keys are rejected with the key named.
 
 Modules never receive a whole config: builders read the fields they need and pass explicit
-arguments. ``load_config(path, overrides)`` reads a YAML preset from ``configs/`` and applies
-``--set section.key=value`` overrides. This module checks what a config says by itself (keys, types, choices,
-ranges); the components it names (task, model kind, mechanisms and their placement, schedules) are checked against
-their registries by :mod:`vlattn.validation`, a layer above the registries.
+arguments. ``load_config(name_or_path, overrides)`` reads a shipped preset (:mod:`vlattn.presets`) or a YAML/JSON
+file, resolves its ``base`` chain and applies ``--set section.key=value`` overrides. This module checks what a config
+says by itself (keys, types, choices, ranges); the components it names (task, model kind, mechanisms and their
+placement, schedules) are checked against their registries by :mod:`vlattn.validation` (``load_valid_config``), a
+layer above the registries.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -19,6 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from vlattn import shipped_presets as presets
 from vlattn.errors import ConfigError
 from vlattn.io import atomic_write_text
 
@@ -56,6 +59,23 @@ class Spec:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"Spec name: expected a component name, got {self.name!r}")
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"Spec {self.name} options: expected a mapping, got {self.options!r}")
+
+
+class Section:
+    """A config section that validates itself when constructed — from YAML, by hand (``ModelConfig(dropout=2.0)``)
+    or by ``dataclasses.replace`` — as a loaded config is (:func:`validate_fields`); ``KEY`` is its key in
+    :class:`Config` (``""`` for the whole config)."""
+
+    KEY: typing.ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        validate_fields(self, self.KEY)
+
 
 def spec(name: str, **options: Any) -> Any:
     """A :class:`Spec` field defaulting to component ``name`` with ``options``."""
@@ -63,9 +83,11 @@ def spec(name: str, **options: Any) -> Any:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     """Model architecture. ``kind`` selects a builder in ``vlattn.models.MODELS``; ``options`` are the
     kind's own options (validated against its ``Options`` dataclass)."""
+
+    KEY: typing.ClassVar[str] = "model"
 
     kind: str = "transformer"
     feature_dim: int = bounded(2048, ge=1)
@@ -99,7 +121,7 @@ class ModelConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Section):
     """Where the data lives and how captions, questions and regions are cut.
 
     Captioning reads ``karpathy``; VQA reads, for each split ``s`` of ``vqa_splits`` (train, val, test),
@@ -111,6 +133,8 @@ class DataConfig:
     decoded, checked regions of the images read so far are kept in memory up to this many MiB per loaded data set
     (and DataLoader worker) (:class:`~vlattn.data.features.cache.CachedStore`; 0 reads every time).
     """
+
+    KEY: typing.ClassVar[str] = "data"
 
     root: str = "data/synth"
     karpathy: str = "dataset.json"
@@ -141,9 +165,11 @@ class DataConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Section):
     """Optimisation, validation and logging for the XE and SCST stages. ``schedule``/``scst_schedule`` name
     a schedule of ``vlattn.training.schedules.SCHEDULES`` with its own options."""
+
+    KEY: typing.ClassVar[str] = "train"
 
     seed: int = 1234
     epochs: int = bounded(20, ge=0)
@@ -198,8 +224,10 @@ class TrainConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Section):
     """Decoding and scoring options on which the anchor implementations differ."""
+
+    KEY: typing.ClassVar[str] = "eval"
 
     beam_size: int = bounded(5, ge=1)
     max_len: int = bounded(20, ge=1)
@@ -221,7 +249,7 @@ class EvalConfig:
 
 
 @dataclass
-class Config:
+class Config(Section):
     """The whole run: the task (a name in ``vlattn.tasks.TASKS``: ``captioning``, ...), model, data, training,
     evaluation."""
 
@@ -233,11 +261,11 @@ class Config:
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path), checking
-    types, ``Literal`` choices and :func:`bounded` ranges, then the class's own ``check(where)`` if any."""
+    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys (named with their path), then validate
+    it (:func:`validate_fields`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -245,18 +273,36 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"unknown config key {where + '.' if where else ''}{unknown[0]!s}; valid keys: {valid}")
     kwargs = {}
     for key, value in data.items():
-        hint = hints[key]
-        path = f"{where}.{key}" if where else key
-        if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, _over_default(fields[key], value), path)
-        else:
-            kwargs[key] = _coerce(hint, value, path)
-        if "bounds" in fields[key].metadata:
-            _check_bounds(kwargs[key], fields[key].metadata["bounds"], path)
+        hint, path = hints[key], f"{where}.{key}" if where else key
+        kwargs[key] = _build(hint, _over_default(fields[key], value), path) if dataclasses.is_dataclass(hint) else value
     built = cls(**kwargs)
-    if hasattr(built, "check"):
-        built.check(where)
+    if not isinstance(built, Section):  # a Section validated itself
+        validate_fields(built, where)
     return built
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def validate_fields(obj: Any, where: str) -> None:
+    """Check every field of dataclass instance ``obj`` (the config section or options at key ``where``): nested
+    sections and :class:`Spec` components are instances of their class, leaves match their type hints
+    (``Literal`` choices, ``Optional``; ints are promoted to floats in place), :func:`bounded` ranges hold; then
+    the class's own ``check(where)`` if any. Failures are a ``ConfigError`` naming the key."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint, value, path = hints[f.name], getattr(obj, f.name), f"{where}.{f.name}" if where else f.name
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, hint):
+                raise ConfigError(f"config key {path}: expected a {hint.__name__}, got {value!r}")
+        else:  # object.__setattr__: component options classes may be frozen
+            object.__setattr__(obj, f.name, _coerce(hint, value, path))
+        if "bounds" in f.metadata:
+            _check_bounds(getattr(obj, f.name), f.metadata["bounds"], path)
+    if hasattr(obj, "check"):
+        obj.check(where)
 
 
 def _over_default(section: dataclasses.Field, value: Any) -> Any:
@@ -336,7 +382,7 @@ def value_at(cfg: Any, key: str) -> Any:
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys, wrong types, choices and
     values out of range (each a one-line ``ConfigError`` naming the key). The named components are checked by
-    :func:`vlattn.validation.check_components`."""
+    :func:`vlattn.tasks.check_components`."""
     return _build(Config, data, "")
 
 
@@ -378,30 +424,86 @@ def _yaml_where(err: yaml.YAMLError) -> str:
     return f"{where}: {' '.join(str(problem).split())}"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML (or JSON) config file, apply overrides, build it with :func:`config_from_dict`."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
-        try:
-            data = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML{_yaml_where(err)}") from None
-    apply_overrides(data, overrides or [])
+def _parse_file(text: str, source: str, as_json: bool) -> dict[str, Any]:
+    """The mapping of a config file's ``text`` (JSON or YAML); errors name ``source``."""
+    try:
+        data = (json.loads(text) if as_json else yaml.safe_load(text)) or {}
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{source}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML{_yaml_where(err)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def _read_file(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from None
+
+
+def _read_mapping(ref: str | Path, relative_to: Path | None, chain: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    """The raw mapping of a preset name or config file with its ``base`` chain merged in, and how to name it in
+    errors. A file's ``base`` path is relative to the file's directory; ``chain`` (the referring sources) detects
+    cycles."""
+    if presets.is_name(ref):
+        source = f"preset {ref}"
+        text = presets.text(str(ref))
+        if text is None:
+            raise ConfigError(f"{ref}: no preset of that name (presets: {', '.join(presets.names())}; a config file "
+                              f"needs a .yaml/.json suffix or a directory part)")
+        data, parent_dir = _parse_file(text, source, as_json=False), None
+    else:
+        path = Path(ref) if relative_to is None or Path(ref).is_absolute() else relative_to / ref
+        source = str(path)
+        data, parent_dir = _parse_file(_read_file(path), source, as_json=path.suffix == ".json"), path.parent
+    if source in chain:
+        raise ConfigError(f"{chain[0]}: base chain {' -> '.join((*chain, source))} is a cycle")
+    data.pop("description", None)
+    if "base" not in data:
+        return source, data
+    base = data.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{source}: base: expected a preset name or a config file path, got {base!r}")
+    _, inherited = _read_mapping(base, parent_dir, (*chain, source))
+    return source, merge_mappings(inherited, data)
+
+
+def merge_mappings(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` over ``base``: mappings merge key by key, anything else (lists included) replaces. ``options``
+    belong to the component named beside them: a mapping that changes its ``name`` (a :class:`Spec`) or ``kind``
+    (the model) does not inherit its base's ``options``."""
+    merged = dict(base)
+    if any(key in child and child[key] != base.get(key) for key in ("name", "kind")):
+        merged.pop("options", None)
+    for key, value in child.items():
+        old = merged.get(key)
+        merged[key] = merge_mappings(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def resolve_config_dict(ref: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The raw mapping of preset name or config file ``ref`` (None: all defaults) with its ``base`` chain merged
+    in and ``overrides`` applied, before it is built."""
+    data = _read_mapping(ref, None, ())[1] if ref is not None else {}
+    return apply_overrides(data, overrides or [])
+
+
+def load_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
+    directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
+    data = resolve_config_dict(ref, overrides)
     try:
         return config_from_dict(data)
     except ConfigError as err:
-        raise ConfigError(f"{path or 'config'}: {err}") from None
+        where = f"preset {ref}" if ref is not None and presets.is_name(ref) else (ref or "config")
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

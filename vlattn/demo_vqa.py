@@ -1,7 +1,7 @@
 """``make demo-vqa``: synthetic data (if absent) -> MCAN training -> official accuracy table on the test split,
 beside the majority answer of each question type (the prior a model must clear by far).
 
-Usage: ``python -m vlattn.demo_vqa [--data data/synth] [--out runs/demo-vqa] [--config configs/vqa-demo.yaml]``.
+Usage: ``python -m vlattn.demo_vqa [--data data/synth] [--out runs/demo-vqa] [--config vqa-demo]``.
 Re-running continues (or just re-evaluates) an existing run. Torch runs on one thread by default
 (``--threads``), as in ``make demo``.
 """
@@ -20,7 +20,6 @@ from vlattn.errors import VlattnError
 from vlattn.tasks import EvalRequest, evaluate, train
 from vlattn.tasks.vqa import format_accuracy, majority_baseline, read_split
 
-REPO = Path(__file__).resolve().parent.parent
 MIN_MARGIN = 5.0  # accuracy points over the majority answers that the trained model must reach
 
 
@@ -36,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("data/synth"))
     parser.add_argument("--out", type=Path, default=Path("runs/demo-vqa"))
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "vqa-demo.yaml")
+    parser.add_argument("--config", default="vqa-demo", help="Preset name or YAML config file.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default).")
     args = parser.parse_args(argv)
     if args.threads > 0:

@@ -92,9 +92,9 @@ def test_parameters_beyond_the_transformer() -> None:
 
 
 def test_full_size_preset_parameters() -> None:
-    """configs/catt.yaml (6+6, d=512, dictionaries of 500) against the Transformer of the same shape, on the meta
+    """vlattn/presets/catt.yaml (6+6, d=512, dictionaries of 500) against the Transformer of the same shape, on the meta
     device; vocabulary 10201."""
-    cfg = load_valid_config("configs/catt.yaml")
+    cfg = load_valid_config("catt")
     with torch.device("meta"):
         catt = build_captioner(cfg.model, 10201)
         transformer = build_captioner(replace(cfg.model, kind="transformer", options={}), 10201)

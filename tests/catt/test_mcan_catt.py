@@ -96,9 +96,9 @@ def test_parameters_beyond_mcan() -> None:
 
 
 def test_paper_preset_parameters() -> None:
-    """configs/vqa-catt.yaml (MCAN-small, dictionaries of 500, shared, concat) against configs/vqa-mcan.yaml, on the
+    """vlattn/presets/vqa-catt.yaml (MCAN-small, dictionaries of 500, shared, concat) against vlattn/presets/vqa-mcan.yaml, on the
     meta device, with VQA v2's 3,129 candidate answers."""
-    catt, mcan = load_valid_config("configs/vqa-catt.yaml"), load_valid_config("configs/vqa-mcan.yaml")
+    catt, mcan = load_valid_config("vqa-catt"), load_valid_config("vqa-mcan")
     assert replace(catt.model, kind="mcan", options=mcan.model.options) == mcan.model
     assert replace(catt.train) == mcan.train and catt.data == mcan.data
     with torch.device("meta"):

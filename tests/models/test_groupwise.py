@@ -290,7 +290,7 @@ def test_lw_preset_is_table2_lw_1x_with_the_scaled_rate() -> None:
     from vlattn.models import check_model_config
     from vlattn.training.schedules import build_schedule, lr_scale
 
-    cfg = load_valid_config("configs/lw-transformer.yaml")
+    cfg = load_valid_config("lw-transformer")
     model = check_model_config(cfg.model, 10201)
     assert backbone_parameters(model) == 24_067_584
     for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention"):

@@ -1,6 +1,6 @@
 """LW-Transformer in the VQA model (issue 12): MCAN with G-MHA + G-FFN at every site builds, answers and
 back-propagates for every k dividing the heads (the authors' released VQA code fails for k > 1), with the
-parameter count of the paper's formulas; k = 1 is MCAN itself with copied weights; configs/vqa-lw.yaml is
+parameter count of the paper's formulas; k = 1 is MCAN itself with copied weights; vlattn/presets/vqa-lw.yaml is
 Table II's "LW-Transformer 1x" (backbone 24,067,584 through ``vlattn profile``, MAdds of the complexity formulas)
 and trains at the sqrt(k)-scaled rate of Sec. IV-C."""
 
@@ -95,9 +95,9 @@ def lw_backbone_madds(d: int, d_ff: int, k: int, n: int, words: int, regions: in
 
 
 def test_vqa_lw_preset_profile_is_table2_lw_1x() -> None:
-    """`vlattn profile --config configs/vqa-lw.yaml --json`: backbone 24,067,584 parameters (Table II "24.0M", the
+    """`vlattn profile --config vqa-lw --json`: backbone 24,067,584 parameters (Table II "24.0M", the
     count of the authors' VQA code) and 1.85 G MAdds per question of 100 regions and 14 words (Table II "1.85G")."""
-    result = CliRunner().invoke(app, ["--threads", "1", "profile", "--config", "configs/vqa-lw.yaml", "--json",
+    result = CliRunner().invoke(app, ["--threads", "1", "profile", "--config", "vqa-lw", "--json",
                                       "--batch", "1", "--repeats", "1", "--vocab-size", "50", "--answers", "10"])
     assert result.exit_code == 0, result.output
     backbone = json.loads(result.stdout)["backbone"]
@@ -107,7 +107,7 @@ def test_vqa_lw_preset_profile_is_table2_lw_1x() -> None:
 
 
 def test_vqa_lw_preset_options_and_scaled_rate() -> None:
-    cfg = load_valid_config("configs/vqa-lw.yaml")
+    cfg = load_valid_config("vqa-lw")
     assert cfg.task == "vqa" and cfg.model.kind == "mcan" and (cfg.model.d_model, cfg.model.num_heads) == (512, 8)
     for site in SITES:
         options = getattr(cfg.model, site).options
@@ -129,11 +129,11 @@ def test_vqa_lr_scaling_is_checked_when_a_config_loads() -> None:
 
 
 def test_lw_demo_is_the_vqa_demo_with_group_wise_layers() -> None:
-    """The synthetic comparison's "same budget": configs/vqa-lw-demo.yaml differs from configs/vqa-demo.yaml only
+    """The synthetic comparison's "same budget": vlattn/presets/vqa-lw-demo.yaml differs from vlattn/presets/vqa-demo.yaml only
     in the attention sites, the feed-forward and the sqrt(k) rate scaling."""
     from vlattn.config import config_to_dict
 
-    plain, light = (config_to_dict(load_valid_config(f"configs/{name}.yaml")) for name in ("vqa-demo", "vqa-lw-demo"))
+    plain, light = (config_to_dict(load_valid_config(name)) for name in ("vqa-demo", "vqa-lw-demo"))
     for key in (*SITES, "feed_forward"):
         assert plain["model"].pop(key)["name"] in ("mha", "plain")
         assert light["model"].pop(key)["options"]["groups"] == 2

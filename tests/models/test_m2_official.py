@@ -297,7 +297,7 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
     from vlattn.importers.m2_official import ReleasedLayout, released_config
     from vlattn.models.profile import count_parameters
 
-    preset = load_valid_config("configs/m2-official.yaml")
+    preset = load_valid_config("m2-official")
     layout = ReleasedLayout(encoder_layers=3, decoder_layers=3, gates=3, d_model=512, feature_dim=2048, d_ff=2048,
                             slots=40, vocab_size=10201, max_positions=54)
     assert released_config(layout).model == preset.model  # what import-checkpoint writes for the released file
@@ -311,7 +311,7 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
         for key, value in tree.items():
             out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value})
         return out
-    paper, official = leaves(config_to_dict(load_valid_config("configs/m2.yaml"))), leaves(config_to_dict(preset))
+    paper, official = leaves(config_to_dict(load_valid_config("m2"))), leaves(config_to_dict(preset))
     differing = {key for key in paper.keys() | official.keys() if paper.get(key) != official.get(key)}
     listed = subprocess.run([sys.executable, "benchmarks/diff_m2_presets.py", "--no-write"], check=True,
                             capture_output=True, text=True, timeout=300).stdout

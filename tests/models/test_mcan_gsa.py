@@ -1,4 +1,4 @@
-"""MCAN + GSA, NG-SAN's VQA model (Table 9 "+GSA", configs/vqa-mcan-gsa.yaml): the geometric bias reaches the
+"""MCAN + GSA, NG-SAN's VQA model (Table 9 "+GSA", vlattn/presets/vqa-mcan-gsa.yaml): the geometric bias reaches the
 answers through the image self-attention only, with Eq. 8's symmetry; the preset's parameters by hand; the sites
 and keys that cannot take it are refused. (The registry battery of tests/models/test_vqa_registry.py runs MCAN
 with gsa, nsa and ngsa at every site they allow: padding, region order, gradients, state dicts.)"""
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import yaml
 from registry_cases import ANSWERS, VOCAB, tiny_model_config, tiny_vqa_inputs
 
-from vlattn.config import Spec
+from vlattn.config import Spec, config_to_dict
 from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.models import build_vqa_model
@@ -58,16 +57,12 @@ def test_box_encoding_is_refused_by_mcan() -> None:
 
 
 def test_gsa_preset_is_mcan_small_with_gsa_in_the_image_self_attention() -> None:
-    def model_section(path: str) -> dict:
-        with open(path) as handle:
-            return yaml.safe_load(handle)
-
-    plain, geometric = model_section("configs/vqa-mcan.yaml"), model_section("configs/vqa-mcan-gsa.yaml")
+    plain, geometric = config_to_dict(load_valid_config("vqa-mcan")), config_to_dict(load_valid_config("vqa-mcan-gsa"))
     attention = geometric["model"].pop("decoder_self_attention")
     plain["model"].pop("decoder_self_attention")
     assert geometric == plain
     assert attention == {"name": "gsa", "options": {"phi": ["query_dependent"], "d_g": None, "geometry": "paper"}}
-    cfg = load_valid_config("configs/vqa-mcan-gsa.yaml").model
+    cfg = load_valid_config("vqa-mcan-gsa").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 100, 3129)
     # per image self-attention layer: FC 4 -> d_g=64 with bias (Eq. 9) and W_Q' 512 -> 8 heads x 64 with bias

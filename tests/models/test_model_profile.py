@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
-import yaml
 from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 
 import torch
@@ -13,6 +11,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from vlattn.attention.sla import GridPositionalBias
+from vlattn import shipped_presets as presets
+from vlattn.config import resolve_config_dict
 from vlattn.validation import load_valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers.packed import ONEDNN_LINEAR
@@ -20,7 +20,7 @@ from vlattn.models.profile import FLOP_FORMULAS, count_parameters, flops_decode_
 from vlattn.tasks import task_of
 from vlattn.tasks.base import ProfileShapes
 
-PRESETS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml"))
+PRESETS = presets.names()
 SHAPES = dict(batch=2, regions=5, length=6, feature_dim=FEATURE_DIM, vocab=VOCAB)
 
 
@@ -56,11 +56,11 @@ OPTION_SIZES = {"embed_dim": 8, "attention_dim": 8, "word_dim": 8, "flat_hidden"
 DICTIONARY_SIZE, MEMORY_SLOTS = 5, 3
 
 
-def reduced(path: Path) -> tuple[list[str], ProfileShapes]:
-    """Overrides shrinking preset ``path`` to a few thousand parameters with the preset's structure (kind,
+def reduced(name: str) -> tuple[list[str], ProfileShapes]:
+    """Overrides shrinking preset ``name`` to a few thousand parameters with the preset's structure (kind,
     mechanisms, their options), and profile shapes with 5 regions by default (a model reading a fixed grid gets its
     grid's cells: :meth:`ProfileShapes.for_model`)."""
-    model = yaml.safe_load(path.read_text())["model"]
+    model = resolve_config_dict(name)["model"]  # the keys the preset gives (its base chain merged in)
     sets = [f"model.{key}={value}" for key, value in MODEL_SIZES.items() if key in model]
     sets.append(f"model.d_model={4 * model.get('num_heads', 4)}")
     sets += [f"model.{key}={min(model[key], LAYERS)}" for key in ("encoder_layers", "decoder_layers") if key in model]
@@ -76,13 +76,13 @@ def reduced(path: Path) -> tuple[list[str], ProfileShapes]:
     return sets, ProfileShapes(batch=2, length=4, vocab_size=30, repeats=1, answers=10, default_regions=5)
 
 
-@pytest.mark.parametrize("path", PRESETS, ids=[p.name for p in PRESETS])
-def test_every_preset_profiles(path: Path) -> None:
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_profiles(name: str) -> None:
     """`vlattn profile` runs on every shipped preset (reduced in size, structure kept): parameters, FLOPs of a
     training step above those of inference, latency. Regression: every CATT preset failed in torch's FLOP
     counter ("Expected gradient function to be set") at its first no-grad pass."""
-    overrides, shapes = reduced(path)
-    cfg = load_valid_config(path, overrides)
+    overrides, shapes = reduced(name)
+    cfg = load_valid_config(name, overrides)
     report = task_of(cfg.task).profile(cfg, shapes)
     assert report["model"] == cfg.model.kind
     grid = cfg.model.options.get("attention", {}).get("options", {})

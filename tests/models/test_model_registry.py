@@ -251,6 +251,6 @@ def test_full_size_parameter_count() -> None:
 
 
 def test_preset_builds() -> None:
-    cfg = load_valid_config("configs/transformer.yaml", ["model.d_model=32", "model.num_heads=2", "model.d_ff=64"])
+    cfg = load_valid_config("transformer", ["model.d_model=32", "model.num_heads=2", "model.d_ff=64"])
     model = build_captioner(cfg.model, 50)
     assert len(model.encoder.layers) == cfg.model.encoder_layers == len(model.decoder.layers)

@@ -220,12 +220,12 @@ def sla_stream_parameters(key: int, query: int, m: int, units: int, out: int, bi
     return first + later + bias + (m + key) * out + out
 
 
-@pytest.mark.parametrize("preset", ["configs/vqa-sla.yaml", "configs/vqa-stacked.yaml"])
+@pytest.mark.parametrize("preset", ["vqa-sla", "vqa-stacked"])
 def test_table_1_presets_by_configuration(preset: str) -> None:
     """The Sec. 4.1.2 setup (14 x 14 grid, L2, 300-d words, bi-LSTM 512, 26 words, Adam (0.9, 0.999), batch 800,
     Glorot), T = 3 and m = 1024; the two presets differ in the units only; parameters by the formulas."""
     cfg = load_valid_config(preset)
-    sla = load_valid_config("configs/vqa-sla.yaml")
+    sla = load_valid_config("vqa-sla")
     assert cfg.task == "vqa" and cfg.model.kind == "twin_stream" and cfg.data.max_question_len == 26
     assert (cfg.model.feature_dim, cfg.data.max_regions, cfg.train.batch_size) == (2048, 196, 800)
     assert cfg.train.adam_betas == [0.9, 0.999]

@@ -187,10 +187,10 @@ REDUCED = ["model.d_model=32", f"model.feature_dim={FEATURE_DIM}", "model.option
 
 
 def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
-    """configs/updown-catt-demo.yaml: configs/updown-demo.yaml except the top-down site (BUTD+CATT, 100 entries);
+    """vlattn/presets/updown-catt-demo.yaml: vlattn/presets/updown-demo.yaml except the top-down site (BUTD+CATT, 100 entries);
     the extra parameters are the dictionary (100 x 512, no box channels), CS-ATT's own additive attention and the
     language LSTM's input widened by one attended vector (517 channels)."""
-    demo, catt = load_valid_config("configs/updown-demo.yaml"), load_valid_config("configs/updown-catt-demo.yaml")
+    demo, catt = load_valid_config("updown-demo"), load_valid_config("updown-catt-demo")
     assert replace(catt.model, decoder_cross_attention=demo.model.decoder_cross_attention) == demo.model
     assert (catt.data, catt.train, catt.eval) == (demo.data, demo.train, demo.eval)
     assert catt.model.decoder_cross_attention.name == "catt_additive"
@@ -200,7 +200,7 @@ def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
     assert trainable(model) - trainable(base) == 100 * 512 + additive + 4 * lstm * regions
 
 
-@pytest.mark.parametrize("preset", ["configs/updown.yaml", "configs/updown-sla.yaml", "configs/updown-catt.yaml"])
+@pytest.mark.parametrize("preset", ["updown", "updown-sla", "updown-catt"])
 def test_presets_build(preset: str) -> None:
     cfg = load_valid_config(preset, REDUCED)
     model = build_captioner(cfg.model, 40)
@@ -209,10 +209,10 @@ def test_presets_build(preset: str) -> None:
 
 
 def test_butd_catt_preset_is_up_down_with_one_causal_attention_module() -> None:
-    """configs/updown-catt.yaml (supplementary Sec. 9) at reduced widths: IS-ATT additive over the regions and an
+    """vlattn/presets/updown-catt.yaml (supplementary Sec. 9) at reduced widths: IS-ATT additive over the regions and an
     unshared additive CS-ATT over 1000 dictionary entries in the region space, both outputs into the language LSTM
     (input 2D + M); one teacher-forced pass gives finite log-probabilities."""
-    cfg = load_valid_config("configs/updown-catt.yaml", REDUCED)
+    cfg = load_valid_config("updown-catt", REDUCED)
     model = build_captioner(cfg.model, VOCAB, pad_id=PAD)
     attention = model.attention
     assert isinstance(attention, AdditiveCausalAttention) and attention.cross_sample is not None

@@ -102,7 +102,7 @@ def test_state_dict_round_trip(case: VQAModelCase) -> None:
 def test_backbone_parameter_count_is_lw_table_ii() -> None:
     """MCAN-small 6+6, d=512, FFN 2048, 8 heads: 6 SA units (4 x 262,656 attention + 2,099,712 FFN + 2 x 1,024
     norm) and 6 SGA units (8 x 262,656 + 2,099,712 + 3 x 1,024) = 44,138,496 (LW paper Table II, 44.1M)."""
-    cfg = load_valid_config("configs/vqa-mcan.yaml").model
+    cfg = load_valid_config("vqa-mcan").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 20573, 3129)
     attention, ffn, norm = 4 * (512 * 512 + 512), 512 * 2048 + 2048 + 2048 * 512 + 512, 2 * 512
@@ -114,7 +114,7 @@ def test_backbone_parameter_count_is_lw_table_ii() -> None:
 
 
 def test_large_preset_dimensions() -> None:
-    cfg = load_valid_config("configs/vqa-mcan-large.yaml").model
+    cfg = load_valid_config("vqa-mcan-large").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 100, 3129)
     layer = model.backbone.decoder[0]
@@ -214,9 +214,9 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
     assert isinstance(build_vqa_model(tiny_model_config("mcan", options={"word_dim": 10}), VOCAB, ANSWERS), MCAN)
 
 
-@pytest.mark.parametrize("preset", ["configs/vqa-mcan.yaml", "configs/vqa-mcan-large.yaml", "configs/vqa-demo.yaml",
-                                    "configs/vqa-lw.yaml", "configs/vqa-lw-demo.yaml", "configs/vqa-mcan-gsa.yaml",
-                                    "configs/vqa-catt.yaml", "configs/vqa-catt-demo.yaml"])
+@pytest.mark.parametrize("preset", ["vqa-mcan", "vqa-mcan-large", "vqa-demo",
+                                    "vqa-lw", "vqa-lw-demo", "vqa-mcan-gsa",
+                                    "vqa-catt", "vqa-catt-demo"])
 def test_vqa_presets_load_and_build(preset: str) -> None:
     cfg = load_valid_config(preset)
     assert cfg.task == "vqa" and cfg.train.schedule.name == "warmup_multistep" and cfg.data.max_question_len == 14

@@ -20,8 +20,9 @@ SHAPES = ["circle", "square", "star"]
 DIM = 16
 
 
-def make_tiny_data(root: Path, images: int = 36, seed: int = 0) -> Path:
-    """Each image shows one object; its region feature one-hot encodes colour and shape.
+def make_tiny_data(root: Path, images: int = 36, seed: int = 0, first_id: int = 100) -> Path:
+    """Each image shows one object; its region feature one-hot encodes colour and shape. Image ids count from
+    ``first_id``.
 
     Captions name the colour and shape, so a model that reads the features can caption perfectly.
     """
@@ -37,7 +38,7 @@ def make_tiny_data(root: Path, images: int = 36, seed: int = 0) -> Path:
         raw = [f"a {COLOURS[colour]} {SHAPES[shape]}", f"there is a {COLOURS[colour]} {SHAPES[shape]}",
                f"one {COLOURS[colour]} {SHAPES[shape]} in the picture"]
         split = "train" if index < images * 2 // 3 else ("val" if index < images * 5 // 6 else "test")
-        image_id = 100 + index
+        image_id = first_id + index
         entries.append(ImageEntry(image_id, split, f"{image_id}.png", [r.split() for r in raw], raw))
         regions.append((image_id, RegionFeatures(feature, boxes, 32, 32)))
     write_karpathy(root / "dataset.json", entries)

@@ -32,7 +32,7 @@ The released code differs from the paper in two ways for captioning and cannot r
   and decoder layers add their own LayerNorm(q + dropout(that)) around it (``EncoderLayer.lnorm``,
   ``DecoderLayer.lnorm1``/``lnorm2``), in the LW model and in the authors' own Transformer baseline alike. That is
   one more LayerNorm (2 d parameters) per attention sub-layer: 18 x 1,024 = 18,432 parameters for the 6 + 6-layer
-  model (6 encoder self-attentions, 6 decoder self- and 6 cross-attentions), beyond ``configs/lw-transformer.yaml``
+  model (6 encoder self-attentions, 6 decoder self- and 6 cross-attentions), beyond ``vlattn/presets/lw-transformer.yaml``
   with ``group_merge: true``. vlattn keeps the standard Transformer layer's single residual + LayerNorm (the paper
   changes the attention and the feed-forward only); the doubled norm is not offered as an option.
 - VQA (``VQA/openvqa/models/lwtransformer``, OpenVQA's MCAN): it cannot be built for any k — the ``openvqa/ops``

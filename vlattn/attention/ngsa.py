@@ -7,7 +7,7 @@ where the geometric queries/keys Q', K' are projections of the (unnormalised) la
 options are those of :class:`~vlattn.attention.nsa.NormalizedSelfAttention` and
 :class:`~vlattn.attention.gsa.GeometryAwareSelfAttention` together; every choice is documented in those
 modules. Encoder self-attention with boxes only: the captioners' region encoder and MCAN's image
-self-attention (NG-SAN Table 9 uses GSA there, configs/vqa-mcan-gsa.yaml).
+self-attention (NG-SAN Table 9 uses GSA there, vlattn/presets/vqa-mcan-gsa.yaml).
 
 The authors released no code for NG-SAN, so unlike M2 there is no ``official`` option reproducing one: the paper
 is the only reference, and the choices it leaves open are options with the paper-compatible default.

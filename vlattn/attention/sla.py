@@ -15,7 +15,7 @@ plain stacked attention it replaces is :mod:`vlattn.attention.stacked`.
 Captioning: the paper adds SLA to ReviewNet (Yang et al. 2016, its [24]; Sec. 4.2: "we use the same framework as
 used in [24] ... The only change we make to this model is to replace the traditional attention mechanism with our
 SLA model with T = 3"; Table 3: ReviewNet 0.886 -> 0.908 CIDEr). vlattn has no ReviewNet: its captioning presets
-put SLA at the Up-Down captioner's top-down site instead (``configs/updown-sla.yaml``), so the base model differs
+put SLA at the Up-Down captioner's top-down site instead (``vlattn/presets/updown-sla.yaml``), so the base model differs
 from the paper's and Table 3's figures are not the comparison to expect.
 
 No official code exists; every choice the paper leaves open, and ours:

@@ -19,7 +19,7 @@ reads levels 0-2 only, silently ignoring any further encoder layer.
 
 The released code (aimagelab/meshed-memory-transformer) differs from the paper in four documented ways;
 each is an option whose default is the paper reading and whose ``official`` value reproduces the code
-exactly (``configs/m2-official.yaml`` sets them all; ``vlattn import-checkpoint --format m2-official``
+exactly (``vlattn/presets/m2-official.yaml`` sets them all; ``vlattn import-checkpoint --format m2-official``
 writes them into an imported model's config):
 
 - ``residual``: ``paper`` | ``official`` — where the meshed cross-attention's AddNorm sits (see

@@ -35,7 +35,7 @@ The 6+6 backbone of MCAN-small (d=512, FFN 2048, 8 heads) has 44,138,496 paramet
 3,152,384 (attention 4 x 262,656, FFN 2,099,712, two norms 2,048) and 6 SGA units of 4,204,032 (two
 attentions, FFN, three norms) — the LW-Transformer paper's Table II "Transformer" row (44.1M).
 
-NG-SAN's VQA model (Guo et al. 2020, Table 9 "+GSA"; configs/vqa-mcan-gsa.yaml) is this MCAN with ``gsa`` at
+NG-SAN's VQA model (Guo et al. 2020, Table 9 "+GSA"; vlattn/presets/vqa-mcan-gsa.yaml) is this MCAN with ``gsa`` at
 ``model.decoder_self_attention``: every image self-attention layer adds the geometric bias of the region boxes
 (one :class:`~vlattn.layers.BoxGeometry` per forward pass, shared by the layers). ``model.box_encoding`` (the
 captioners' absolute box encoding) is refused: the boxes reach MCAN through ``model.box_input`` or GSA.

@@ -27,7 +27,7 @@ open there hold here too. Those of this model:
    1024 by default).
 4. Features (Sec. 4.1.2): a 14 x 14 ResNet grid, "L2 normalization for each 1 x 1 x 2048 spatial feature"
    (``features: l2``, the default; ``raw`` leaves them as the store gives them), with the ``grid`` positional
-   bias (``grid_cells: 196``; ``configs/vqa-sla.yaml``); detector regions use the ``boxes`` bias. Word size (300)
+   bias (``grid_cells: 196``; ``vlattn/presets/vqa-sla.yaml``); detector regions use the ``boxes`` bias. Word size (300)
    and bi-LSTM size (512 per direction) follow Sec. 4.1.2; its question length (the first 26 words) is a setting
    of the VQA data pipeline (``data.max_question_len``).
 5. ``model.options.attention`` names the units: ``sla`` (options of :class:`StackedLatentAttention`; T, sigma,
@@ -36,12 +36,12 @@ open there hold here too. Those of this model:
 6. Initialisation: "all model parameters are initialized as suggested by Glorot et al." (``init: glorot``, the
    default: :func:`vlattn.models.init.glorot`, Xavier-uniform weights and zero biases); ``torch`` keeps each
    module's own.
-7. Dropout (the paper states none; 0.5 in ``configs/vqa-sla.yaml`` is ours): ``model.dropout`` on the
+7. Dropout (the paper states none; 0.5 in ``vlattn/presets/vqa-sla.yaml`` is ours): ``model.dropout`` on the
    classifier's hidden layer and, unless ``model.attention_dropout`` is set, on every unit's attention weights;
    ``model.embedding_dropout`` adds dropout on the question word embeddings (none when null or 0).
 8. Not stated by the paper, so they are the VQA task's: the loss (binary cross-entropy on the soft scores of
    the ten human answers), the candidate answers C (``data.answer_min_count``), the learning rate and its
-   schedule. Its batch (800 on 8 GPUs) and Adam betas (0.9, 0.999) are settings of ``configs/vqa-sla.yaml``.
+   schedule. Its batch (800 on 8 GPUs) and Adam betas (0.9, 0.999) are settings of ``vlattn/presets/vqa-sla.yaml``.
 
 Inputs (a mapping): ``features`` (B, K, D), ``boxes`` (B, K, 4) normalised, ``region_mask`` (B, K),
 ``questions`` (B, L) word ids, ``question_mask`` (B, L) (True = word), as :func:`vlattn.data.vqa.collate_vqa`

@@ -14,15 +14,20 @@ from typing import Any
 from vlattn.config import Config, lookup, value_at
 from vlattn.errors import ConfigError
 from vlattn.models import model_kind
+from vlattn.tasks.answerer import Answerer
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
+from vlattn.tasks.captioner import Captioner
 from vlattn.tasks.captioning import CAPTIONING
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
+from vlattn.training.distributed import pick_device
 from vlattn.training.rundir import RunDirectory
 from vlattn.training.schedules import check_schedule
 from vlattn.training.stage import Stage, run_stage
 
 TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
+# the trained-model object each task gives Python callers (vlattn.load)
+PREDICTORS: dict[str, type[Captioner] | type[Answerer]] = {"captioning": Captioner, "vqa": Answerer}
 
 
 def task_of(name: str) -> Task:
@@ -103,19 +108,31 @@ def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> di
     return {"task": loaded.config.task, **task_of(loaded.config.task).evaluate(loaded, request)}
 
 
+def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | Answerer:
+    """The trained model of a checkpoint (or run directory: its best checkpoint) on ``device``, as its task's
+    predictor: a :class:`Captioner` or an :class:`Answerer`."""
+    loaded = load_checkpoint(checkpoint)
+    check_components(loaded.config)
+    return PREDICTORS[loaded.config.task].from_checkpoint(loaded, pick_device(device))
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The table of an :func:`evaluate` report, as its task renders it."""
     return task_of(report["task"]).format_report(report)
 
 
 __all__ = [
+    "PREDICTORS",
     "TASKS",
+    "Answerer",
+    "Captioner",
     "EvalRequest",
     "ProfileShapes",
     "Task",
     "check_components",
     "evaluate",
     "format_report",
+    "load_predictor",
     "output_dir",
     "stage_for_run",
     "stage_of",

@@ -71,6 +71,8 @@ class Task(Protocol):
       :func:`output_dir`, return a JSON-able report; ``format_report`` renders it as a table.
     - ``profile(cfg, shapes)``: parameters, FLOPs and latency of the config's model (a JSON-able report);
       ``profile_shapes`` are the input shapes ``vlattn profile`` uses for the options not given.
+    - ``create_model(cfg, vocab_size=, num_answers=)``: the config's model, randomly initialised, for vocabularies
+      of these sizes (``vlattn.create_model``).
     """
 
     name: str
@@ -84,6 +86,8 @@ class Task(Protocol):
     def format_report(self, report: dict[str, Any]) -> str: ...
 
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]: ...
+
+    def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module: ...
 
 
 def output_dir(checkpoint: Checkpoint) -> Path:

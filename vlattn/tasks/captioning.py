@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,7 +44,8 @@ from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
-from vlattn.decoding import beam_search, greedy_decode
+from vlattn.decoding import beam_search
+from vlattn.decoding.sampling import rollout
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
@@ -139,14 +141,36 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:
 def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) -> nn.Module:
     """The captioner of ``cfg.model`` for ``vocab`` (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    model = build_captioner(cfg.model, len(vocab), pad_id=vocab.PAD)
+    return new_captioner(cfg, len(vocab))
+
+
+def new_captioner(cfg: Config, vocab_size: int) -> nn.Module:
+    """The randomly initialised captioner of ``cfg.model`` over ``vocab_size`` words (the special tokens included),
+    with the config's dropout masks and output projection."""
+    model = build_captioner(cfg.model, vocab_size, pad_id=Vocabulary.PAD)
     return use_packed_output(use_dropout_mask(model, cfg.model.dropout_mask), cfg.eval.packed_output)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
 
 
-def decode_dataset(
+def decode_batch(
+    model: nn.Module, inputs: dict[str, Any], vocab: Vocabulary, *, beam_size: int, max_len: int,
+    length_penalty: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best caption of each image of a collated batch: tokens (B, L) without BOS (EOS included, PAD after it)
+    and its score (B,): greedy (``beam_size == 1``; the sum of the words' log-probs, EOS included) or the best beam
+    (that sum / length^``length_penalty``)."""
+    if beam_size <= 1:
+        greedy = rollout(model, inputs, bos=vocab.BOS, eos=vocab.EOS, pad=vocab.PAD, max_len=max_len, copies=1,
+                         choose=partial(torch.argmax, dim=-1))
+        return greedy.tokens[:, 0], greedy.log_probs[:, 0].sum(dim=-1)
+    beams = beam_search(model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
+                        length_penalty=length_penalty, pad=vocab.PAD)
+    return beams.tokens[:, 0], beams.scores[:, 0]
+
+
+def decode_rows(
     model: nn.Module,
     dataset: CaptionEvalSet,
     vocab: Vocabulary,
@@ -157,25 +181,24 @@ def decode_dataset(
     batch_size: int = 50,
     device: torch.device = torch.device("cpu"),
     precision: Precision = "fp32",
-) -> dict[int, str]:
-    """Caption every image of ``dataset``: greedy when ``beam_size == 1``, else beam search (best beam), under
-    the autocast of ``precision``."""
+) -> list[tuple[int, list[int], float]]:
+    """``(image_id, token ids, score)`` of the best caption of every image of ``dataset`` (:func:`decode_batch`),
+    under the autocast of ``precision``; plain Python values, owned by the caller."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
-    predictions: dict[int, str] = {}
+    rows: list[tuple[int, list[int], float]] = []
     model.eval()
     with torch.no_grad(), autocast(precision, device):
         for batch in loader:
             inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            if beam_size <= 1:
-                tokens = greedy_decode(model, inputs, bos=vocab.BOS, eos=vocab.EOS, max_len=max_len)
-            else:
-                tokens = beam_search(
-                    model, inputs, bos=vocab.BOS, eos=vocab.EOS, beam_size=beam_size, max_len=max_len,
-                    length_penalty=length_penalty,
-                ).tokens[:, 0]
-            for image_id, row in zip(batch["image_ids"].tolist(), tokens.tolist()):
-                predictions[int(image_id)] = vocab.decode(row)
-    return predictions
+            tokens, scores = decode_batch(model, inputs, vocab, beam_size=beam_size, max_len=max_len,
+                                          length_penalty=length_penalty)
+            rows += zip(batch["image_ids"].tolist(), tokens.tolist(), scores.float().tolist())
+    return rows
+
+
+def decode_dataset(model: nn.Module, dataset: CaptionEvalSet, vocab: Vocabulary, **options: Any) -> dict[int, str]:
+    """The best caption of every image of ``dataset`` as text (``options``: those of :func:`decode_rows`)."""
+    return {image_id: vocab.decode(tokens) for image_id, tokens, _ in decode_rows(model, dataset, vocab, **options)}
 
 
 def references_of(dataset: CaptionEvalSet) -> dict[int, list[str]]:
@@ -319,7 +342,7 @@ SCST: Stage[CaptionData] = dataclasses.replace(
 # --- evaluation and captioning ----------------------------------------------------------------------------
 
 
-def _load_model(
+def load_decoder(
     checkpoint: Checkpoint, vocab: Vocabulary, store_dim: int, device: torch.device, packed_output: bool | None,
 ) -> nn.Module:
     """The checkpoint's captioner on ``device`` for decoding; ``packed_output`` overrides the config's
@@ -378,7 +401,7 @@ def caption(
     if missing:
         raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
     dev = pick_device(device)
-    model = _load_model(checkpoint, vocab, store.dim, dev, packed_output)
+    model = load_decoder(checkpoint, vocab, store.dim, dev, packed_output)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
     predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
@@ -390,6 +413,12 @@ class Captioning:
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
     profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
+
+    def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module:
+        """A new captioner over ``vocab_size`` words (the special tokens included)."""
+        if num_answers is not None:
+            raise ConfigError("num_answers: a captioning model has no candidate answers")
+        return new_captioner(cfg, vocab_size)
 
     def check(self, cfg: Config) -> None:
         """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
@@ -410,7 +439,7 @@ class Captioning:
         dev = pick_device(request.device)
         data = load_caption_data(cfg.data, vocab)
         require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
-        model = _load_model(checkpoint, vocab, data.store.dim, dev, request.packed_output)
+        model = load_decoder(checkpoint, vocab, data.store.dim, dev, request.packed_output)
         dataset = data.eval_set(split)
         predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
         references = references_of(dataset)

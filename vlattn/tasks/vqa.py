@@ -210,8 +210,14 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
 def build_model(cfg: Config, words: Vocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
     """The VQA model of ``cfg.model`` for the vocabularies (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
-    model = build_vqa_model(cfg.model, len(words), len(answers), pad_id=words.PAD)
-    return use_dropout_mask(model, cfg.model.dropout_mask)
+    return new_vqa_model(cfg, len(words), len(answers))
+
+
+def new_vqa_model(cfg: Config, vocab_size: int, num_answers: int) -> nn.Module:
+    """The randomly initialised VQA model of ``cfg.model`` over ``vocab_size`` question words (the special tokens
+    included) and ``num_answers`` candidate answers, with the config's dropout masks."""
+    return use_dropout_mask(build_vqa_model(cfg.model, vocab_size, num_answers, pad_id=Vocabulary.PAD),
+                            cfg.model.dropout_mask)
 
 
 # --- answering and scoring --------------------------------------------------------------------------------
@@ -373,6 +379,13 @@ class VisualQuestionAnswering:
     stages: dict[str, Stage] = {"train": TRAIN}
     # MCAN: up to 100 regions, 14 question words, 3,129 candidate answers
     profile_shapes = ProfileShapes(length=14, answers=3129, default_regions=100)
+
+    def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module:
+        """A new VQA model over ``vocab_size`` question words (the special tokens included) and ``num_answers``
+        candidate answers."""
+        if num_answers is None:
+            raise ConfigError("num_answers: a VQA model needs the number of candidate answers")
+        return new_vqa_model(cfg, vocab_size, num_answers)
 
     def check(self, cfg: Config) -> None:
         """Build the VQA model on the meta device (every model option, site and mechanism is checked) and check

@@ -1,0 +1,92 @@
+"""A trained captioner for Python callers (:func:`vlattn.load`): the model with its vocabulary, special token ids
+and decoding defaults, captioning region features given as arrays or read from a feature store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vlattn.config import Config
+from vlattn.data.captioning import CaptionEvalSet
+from vlattn.data.features.base import FeatureStore
+from vlattn.data.karpathy import ImageEntry
+from vlattn.data.vocab import Vocabulary
+from vlattn.errors import ConfigError
+from vlattn.tasks.captioning import check_beam_size, decode_rows, load_decoder
+from vlattn.tasks.inputs import reads_boxes, region_source
+from vlattn.training.checkpoint import Checkpoint
+
+
+@dataclass(frozen=True)
+class Caption:
+    """The caption of image ``image_id``: ``text``, its words ``tokens`` and their ids ``token_ids`` (EOS not
+    included), and ``score``: the sum of the log-probabilities of its words and EOS (under beam search divided by
+    length^``length_penalty``, the beam's ranking score)."""
+
+    image_id: int
+    text: str
+    tokens: list[str]
+    token_ids: list[int]
+    score: float
+
+
+class Captioner:
+    """A trained captioner. ``vocab`` maps words to ids (``bos_id``, ``eos_id``, ``pad_id`` are its special ids);
+    ``beam_size``, ``max_len``, ``length_penalty`` and ``batch_size`` are the decoding defaults of the run's
+    ``eval`` config (attributes: change them to change the defaults); ``reads_boxes`` tells whether the model
+    needs region boxes beside the features."""
+
+    def __init__(self, model: nn.Module, config: Config, vocab: Vocabulary, device: torch.device) -> None:
+        self.model, self.config, self.vocab, self.device = model, config, vocab, device
+        self.bos_id, self.eos_id, self.pad_id = vocab.BOS, vocab.EOS, vocab.PAD
+        self.beam_size, self.max_len = config.eval.beam_size, config.eval.max_len
+        self.length_penalty, self.batch_size = config.eval.length_penalty, config.eval.batch_size
+        self.reads_boxes = reads_boxes(config.model)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, device: torch.device) -> Captioner:
+        vocab = checkpoint.vocabulary("words", Vocabulary.load)
+        return cls(load_decoder(checkpoint, vocab, None, device, None), checkpoint.config, vocab, device)
+
+    def caption(
+        self,
+        features: Any = None,
+        *,
+        boxes: Any = None,
+        store: str | Path | FeatureStore | None = None,
+        ids: Sequence[int] | None = None,
+        beam_size: int | None = None,
+        max_len: int | None = None,
+        length_penalty: float | None = None,
+    ) -> list[Caption]:
+        """One :class:`Caption` per image, in the order of ``ids``.
+
+        Either ``features``: one image's regions (N, D), a batch (B, N, D) or a list of (N_i, D) arrays or tensors,
+        with ``boxes`` alike (N_i, 4: x1 y1 x2 y2 as fractions of the image's width and height; required when
+        :attr:`reads_boxes`) and optional ``ids`` naming the images (default 0 .. B-1); or ``store``, a feature
+        store (any layout vlattn reads, or an opened one) with the ``ids`` to caption (default: all). The first
+        ``data.max_regions`` regions of each image are read, as in training.
+        Decoding options default to the attributes of the same names; ``beam_size`` 1 is greedy decoding."""
+        beam = check_beam_size(beam_size if beam_size is not None else self.beam_size, self.config, self.vocab)
+        length = max_len if max_len is not None else self.max_len
+        if length < 1:
+            raise ConfigError(f"max_len: must be >= 1, got {length}")
+        source, wanted = region_source(self.config.model, features, boxes, store, ids)
+        entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
+        rows = decode_rows(
+            self.model, CaptionEvalSet(entries, source, self.config.data.max_regions), self.vocab, beam_size=beam,
+            max_len=length, length_penalty=self.length_penalty if length_penalty is None else length_penalty,
+            batch_size=self.batch_size, device=self.device, precision=self.config.eval.precision,
+        )
+        return [self._caption(image_id, tokens, score) for image_id, tokens, score in rows]
+
+    def _caption(self, image_id: int, tokens: list[int], score: float) -> Caption:
+        ids = tokens[: tokens.index(self.eos_id)] if self.eos_id in tokens else tokens
+        ids = [i for i in ids if i not in (self.pad_id, self.bos_id)]
+        words = [self.vocab.itos[i] for i in ids]
+        return Caption(image_id=image_id, text=" ".join(words), tokens=words, token_ids=ids, score=score)
