@@ -62,6 +62,11 @@ VARIED_SITES: dict[str, dict[str, SiteKind]] = {
         "decoder_self_attention": SiteKind(Site.ENCODER_SELF, geometry=True),  # image self-attention
         "decoder_cross_attention": SiteKind(Site.CROSS),  # question-guided attention over the regions
     },
+    "lxmert": {
+        "encoder_self_attention": SiteKind(Site.ENCODER_SELF),  # word self-attention
+        "decoder_self_attention": SiteKind(Site.ENCODER_SELF, geometry=True),  # region self-attention
+        "decoder_cross_attention": SiteKind(Site.CROSS),  # cross-attention, both directions
+    },
 }
 
 # mechanism -> the options the batteries build it with (small dictionaries); at Transformer sites the output must
@@ -249,6 +254,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "twin_stream": {"options": {"word_dim": 10, "lstm_dim": 6, "fusion_dim": 12, "attention": {"name": "sla", "options": {"units": 2}}}},
     "catt": {"options": {"image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
     "mcan_catt": {"options": {"word_dim": 10, "image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
+    "lxmert": {"options": {"object_layers": 1}},
 }
 
 
@@ -280,6 +286,7 @@ KIND_VARIANTS: list[ModelCase] = [
         "options": {**KIND_DEFAULTS["catt"]["options"], "fusion": "concat_linear"}, "tie_embeddings": True,
         "box_input": True,
     }),
+    ModelCase("lxmert", label="unshared", overrides={"options": {"object_layers": 1, "share_cross_attention": False}}),
     ModelCase("mcan_catt", label="unshared", overrides={
         "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "share": False}}),
     # SLA without its box-reading positional bias places where no boxes are passed (its capabilities follow its

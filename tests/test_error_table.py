@@ -87,6 +87,13 @@ def evaluate(ws: Workspace, *extra: str) -> list[str]:
     return ["eval", "--checkpoint", str(ws.run), "--device", "cpu", *extra]
 
 
+def extract(ws: Workspace, image: str, *flags: str, extractor: str = "grid", weights: str = "random") -> list[str]:
+    """``vlattn features extract`` of ``image`` with a small randomly initialised grid extractor."""
+    return ["features", "extract", "--images", image, "--out", str(ws.path("feats")), "--extractor", extractor,
+            "--weights", weights, "--set", "arch=resnet18", "--set", "size=32", "--no-progress", "--device", "cpu",
+            *flags]
+
+
 def sentence(cocoid: int, split: str, raw: str) -> dict:
     return {"cocoid": cocoid, "split": split, "sentences": [{"raw": raw}]}
 
@@ -170,6 +177,51 @@ def import_args(ws: Workspace, checkpoint: str, words: list[str] = WORDS, out: s
                 fmt: str = "m2-official", vocab: str = "vocab.txt") -> list[str]:
     return ["import-checkpoint", checkpoint, "--format", fmt, "--vocab", written(ws, vocab, "\n".join(words)),
             "--out", str(ws.path(out)), "--heads", "4"]
+
+
+def lxmert_dir(ws: Workspace, name: str, *, labels: bool = True, head: bool = True) -> Path:
+    """A tiny randomly initialised LXMERT saved by transformers (config.json, weights, a 30-entry vocab.txt); without
+    ``labels`` its config names no answers, without ``head`` only the encoder's tensors are saved."""
+    from transformers import LxmertConfig, LxmertForQuestionAnswering
+
+    config = LxmertConfig(vocab_size=30, hidden_size=8, num_attention_heads=2, intermediate_size=8, l_layers=1,
+                          r_layers=1, x_layers=1, visual_feat_dim=4, max_position_embeddings=8, num_qa_labels=3)
+    if labels:
+        config.id2label = {0: "yes", 1: "no", 2: "red"}
+    model = LxmertForQuestionAnswering(config)
+    directory = ws.path(name)
+    model.save_pretrained(directory)
+    if not head:
+        (directory / "model.safetensors").unlink()
+        state = {k: v for k, v in model.state_dict().items() if k.startswith("lxmert.")}
+        torch.save(state, directory / "pytorch_model.bin")
+    written(ws, f"{name}/vocab.txt", "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(26)]))
+    return directory
+
+
+def lxmert_import(ws: Workspace, directory: Path, *extra: str) -> list[str]:
+    return ["import-checkpoint", str(directory), "--format", "lxmert-hf", "--out", str(ws.path("imported")), *extra]
+
+
+def lxmert_vqa_train(ws: Workspace, *extra: str, vocab: list[str] | None = None) -> list[str]:
+    """:func:`vqa_train` of a tiny LXMERT reading WordPiece questions over ``vocab`` (written as the data's vocab.txt)."""
+    def change(root: Path) -> None:
+        (root / "vocab.txt").write_text("\n".join(vocab or []) + "\n")
+
+    return vqa_train(ws, "--set", "model.kind=lxmert", "--set", "model.options={object_layers: 1}", *extra,
+                     change=change)
+
+
+def nlvr2_string_ids(ws: Workspace) -> list[str]:
+    root = ws.path("nlvr2data")
+    shutil.copytree(ws.data, root)
+    (root / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+    (root / "nlvr2").mkdir()
+    (root / "nlvr2" / "train.json").write_text(json.dumps(
+        [{"identifier": "train-0-0-0", "img0": "train-1-0-img0", "img1": 2, "sent": "the", "label": 1}]))
+    return ["train", "--config", "nlvr2-lxmert", "--out", str(ws.path("nlvr2run")), "--device", "cpu",
+            "--set", f"data.root={root}", "--set", "data.questions=nlvr2/{split}.json", "--set", "model.feature_dim=16",
+            "--set", "data.vqa_splits={train: [train], val: [train], test: [train]}"]
 
 
 def used_dir(ws: Workspace) -> str:
@@ -323,12 +375,20 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "word list without a special token": lambda ws: import_args(ws, released(ws, "m2.pth"), [
         w if w != "<bos>" else "bos" for w in WORDS], vocab="nobos.txt"),
     "run directory in use": lambda ws: import_args(ws, released(ws, "m2.pth"), out=used_dir(ws)),
+    "LXMERT checkpoint without an answer head": lambda ws: lxmert_import(ws, lxmert_dir(ws, "lxmert", head=False)),
+    "LXMERT answers not named": lambda ws: lxmert_import(ws, lxmert_dir(ws, "lxmert", labels=False)),
+    "WordPiece vocabulary of another size": lambda ws: lxmert_import(ws, lxmert_dir(ws, "lxmert"), "--vocab", written(
+        ws, "short.txt", "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(25)]))),
     "question about an image without features": lambda ws: vqa_train(ws, change=lambda root: question_image(root, 777)),
     "train split without annotations": lambda ws: vqa_train(ws, "--set", "data.vqa_splits.train=[test]", change=lambda
                                                             root: (root / "vqa" / "annotations_test.json").unlink()),
     "no frequent answer": lambda ws: vqa_train(ws, "--set", "data.answer_min_count=1000"),
     "question file missing": lambda ws: vqa_train(ws, "--set", "data.vqa_splits.train=[train2014]"),
     "file pattern without `{split}`": lambda ws: vqa_train(ws, "--set", "data.questions=q.json"),
+    "WordPiece vocabulary without `[PAD]` first": lambda ws: lxmert_vqa_train(
+        ws, "--set", "data.question_tokens=wordpiece", vocab=["[UNK]", "[PAD]", "[CLS]", "[SEP]"]),
+    "a WordPiece model reading words": lambda ws: lxmert_vqa_train(ws),
+    "NLVR2 image ids that are not the store's": nlvr2_string_ids,
     "grid positional bias, store of other sizes": lambda ws: vqa_train(
         ws, "--set", "model.kind=twin_stream", "--set", "model.options.attention.name=sla",
         "--set", "model.options.attention.options.position=grid", "--set", "model.options.attention.options.grid_cells=36"),
@@ -357,6 +417,12 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "other.yaml", (ws.run.parent / "tiny.yaml").read_text().replace("num_heads: 2", "num_heads: 4"))),
     "resume in another stage": lambda ws: resume(ws, "--stage", "scst"),
     "the run's vocabulary changed": lambda ws: resume(ws, swapped_words=True),
+    "image file without an id": lambda ws: extract(ws, written(ws, "beach.png", b"")),
+    "unknown extractor": lambda ws: extract(ws, written(ws, "photo_1.png", b""), extractor="sift"),
+    "weights file missing": lambda ws: extract(ws, written(ws, "photo_1.png", b""), weights=str(ws.path("nowhere.pt"))),
+    "unreadable image": lambda ws: extract(ws, written(ws, "photo_9.png", b"\x89PNG broken"), "--strict"),
+    "image files for a run without an extractor record": lambda ws: [
+        "caption", "--checkpoint", str(ws.run), "--images", written(ws, "photo_1.png", b""), "--device", "cpu"],
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
@@ -364,7 +430,8 @@ NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
               "line breaks inside a caption", "Java tokenizer returns another line count",
               "a VQA checkpoint for captioning", "a decoding option for a VQA checkpoint",
               "question without words", "Ctrl-C or SIGTERM during training",
-              "kill -9 during the first checkpoint write", "another `batch_size` on resume"}
+              "kill -9 during the first checkpoint write", "another `batch_size` on resume",
+              "another extractor than the run's"}
 
 
 def test_every_row_is_checked() -> None:

@@ -239,7 +239,7 @@ def test_import_refuses_a_used_directory_and_leaves_nothing_on_error(tmp_path: P
                                  "--out", str(tmp_path / "new"), "--heads", str(HEADS)])
     assert result.exit_code != 0 and not (tmp_path / "new").exists()
     assert "has 29 words but decoder.word_emb.weight has 30 rows" in str(result.exception or result.output)
-    with pytest.raises(Exception, match="unknown checkpoint format 'm2'; valid names: m2-official"):
+    with pytest.raises(Exception, match="unknown checkpoint format .m2.; valid names: lxmert-hf, m2-official"):
         import_checkpoint("m2", source, vocab, tmp_path / "other", heads=HEADS)
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from vlattn.commands.catt import app as catt_app
-from vlattn.data.cli import app as data_app
+from vlattn.data.cli import StoreFormat, app as data_app
 from vlattn.errors import TrainingInterrupted, VlattnError
 from vlattn.scoring.cli import score
 
@@ -23,6 +23,8 @@ app = typer.Typer(help="Attention-based vision-language models: captioning and V
 
 app.add_typer(data_app, name="data", help="Synthetic data set and feature-store conversion.")
 app.add_typer(catt_app, name="catt", help="Causal Attention: k-means dictionaries ahead of training.")
+features_app = typer.Typer(help="Region features from image files.", no_args_is_help=True)
+app.add_typer(features_app, name="features", help="Region features from image files (vlattn features extract).")
 config_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(config_app, name="config", help="The shipped presets and resolved configs.")
 app.command()(score)
@@ -76,6 +78,53 @@ def train(
     typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
 
 
+@app.command()
+def explain(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="Run directory or checkpoint."),
+    image_id: int = typer.Option(..., "--image-id", help="Image id in the run's feature store."),
+    out: Path = typer.Option(..., "--out", "-o", help="New directory for index.html and its PNGs."),
+    question: Optional[str] = typer.Option(None, help="The question (VQA checkpoints)."),
+    image: Optional[Path] = typer.Option(None, help="The picture to draw the boxes on (default: the data set's)."),
+    device: str = DEVICE,
+) -> None:
+    """What the model attends to for one image: the caption (or answer) and, per word, the attention over the
+    regions and each mechanism's own view, as OUT/index.html (opens from disk; matplotlib: the viz extra)."""
+    from vlattn.viz.explain import explain as run
+
+    typer.echo(f"wrote {run(checkpoint, image_id, out, question=question, image=image, device=device)}")
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their best checkpoints and eval outputs)."),
+    split: str = typer.Option("test", help="The evaluated split whose metrics are shown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write a bar chart (a new .png file)."),
+    repeats: int = typer.Option(3, min=1, max=100, help="Latency measurements (median)."),
+) -> None:
+    """The runs side by side: test metrics (from `vlattn eval`), parameters, backbone MAdds, inference FLOPs and
+    latency, measured alike for every run."""
+    from vlattn.viz.compare import chart, compare as measure, table
+    from vlattn.viz.figures import write_new_png
+
+    columns, rows = measure(runs, split, repeats)
+    typer.echo(table(columns, rows))
+    if out is not None:
+        write_new_png(out, chart(columns, rows))
+        typer.echo(f"wrote {out}")
+
+
+@app.command()
+def plot(
+    runs: List[Path] = typer.Argument(..., help="Run directories (their metrics.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="FILE.png, or FILE.html (with FILE.png beside it)."),
+) -> None:
+    """Training curves of one or more runs: loss and learning rate per step, each validation metric per epoch,
+    the runs overlaid (matplotlib: the viz extra)."""
+    from vlattn.viz.curves import write_plot
+
+    typer.echo(f"wrote {write_plot(runs, out)}")
+
+
 @app.command("eval")
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
@@ -95,20 +144,76 @@ def evaluate(
     typer.echo(json.dumps(report) if as_json else format_report(report))
 
 
+EXTRACTOR = typer.Option(None, "--extractor", help="The extractor the run was trained with (checked; default: the "
+                         "one its feature store recorded).")
+EXTRACTOR_WEIGHTS = typer.Option(None, "--weights", help="The extractor's weights when they are not where the run's "
+                                 "store recorded them (their SHA-256 is checked).")
+
+
 @app.command()
 def caption(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory."),
-    features: Path = typer.Option(..., help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, self-critical dirs, TSV, LMDB."),
+    features: Optional[Path] = typer.Option(None, help="Feature store: memmap dir, M2 .h5, bottom-up/MCAN npz dir, "
+                                            "self-critical dirs, TSV, LMDB."),
+    images: Optional[List[Path]] = typer.Option(None, "--images", help="Image files to caption instead (repeatable): "
+                                                "features made on the fly with the run's extractor."),
     ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
     beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
     packed_output: Optional[bool] = PACKED_OUTPUT,
 ) -> None:
-    """Caption images from a feature store; prints COCO results JSON ([{image_id, caption}])."""
+    """Caption images from a feature store or image files; prints COCO results JSON ([{image_id, caption}])."""
     from vlattn.tasks.captioning import caption as run_caption
 
     typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
-                                       packed_output=packed_output)))
+                                       packed_output=packed_output, images=images or None, extractor=extractor,
+                                       weights=weights)))
+
+
+@features_app.command("extract")
+def features_extract(
+    images: List[Path] = typer.Option(..., "--images", help="Image files or directories of them (repeatable); the "
+                                      "image id is the last run of digits of each file name."),
+    out: Path = typer.Option(..., "--out", "-o", help="Feature store to write; an existing store of the same "
+                             "extractor is completed (its images are skipped)."),
+    extractor: str = typer.Option(..., "--extractor", help="grid (ResNet grid), regions (Faster R-CNN boxes), synth "
+                                  "(the synthetic set's CNN)."),
+    weights: Optional[str] = typer.Option(
+        None, "--weights", help="A weights file, torchvision[:NAME] (downloaded by torchvision on first use) or "
+        "random[:SEED]; synth: the data set's directory or extractor.safetensors. Default: torchvision's DEFAULT "
+        "weights (grid, regions)."),
+    settings: Optional[List[str]] = typer.Option(
+        None, "--set", help="Extractor setting key=value (repeatable): grid: arch, grid, size; regions: arch, "
+        "min_size, max_size, score_threshold, nms, min_boxes, max_boxes, pool; synth: grid."),
+    format: StoreFormat = typer.Option("memmap", "--format", help="Layout of the store."),
+    batch: int = typer.Option(8, "--batch", help="Images per forward pass."),
+    workers: int = typer.Option(2, "--workers", help="Threads decoding images ahead of the model (0: none)."),
+    device: str = DEVICE,
+    strict: bool = typer.Option(False, "--strict", help="An unreadable image is an error (nothing written) instead of "
+                                "being skipped and counted."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+) -> None:
+    """Extract region features from image files into a feature store (the extractor is recorded in it).
+
+    Ctrl-C writes what is done; the same command continues. Example:
+    vlattn features extract --images photos/ --out feats --extractor regions"""
+    from vlattn.config import apply_overrides
+    from vlattn.pixels.extract import extract_images
+    from vlattn.pixels.images import list_images
+    from vlattn.pixels.registry import build_extractor
+    from vlattn.pixels.weights import parse_weights
+    from vlattn.training.distributed import pick_device
+
+    files = list_images(images)
+    built = build_extractor(extractor, parse_weights(weights) if weights is not None else None,
+                            apply_overrides({}, settings or []), pick_device(device))
+    report = extract_images(files, out, built, format=format.value, batch=batch, workers=workers, strict=strict,
+                            progress=progress)
+    typer.echo(report.summary())
+    if report.interrupted:
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -144,37 +249,50 @@ def profile(
 @app.command()
 def answer(
     checkpoint: Path = typer.Option(..., help="VQA checkpoint directory or run directory (uses its best checkpoint)."),
-    features: Path = typer.Option(..., help="Feature store holding the image (any layout vlattn reads)."),
-    image_id: int = typer.Option(..., "--image-id", help="Image id in the feature store."),
+    features: Optional[Path] = typer.Option(None, help="Feature store holding the image (any layout vlattn reads)."),
+    image_id: Optional[int] = typer.Option(None, "--image-id", help="Image id in the feature store."),
+    image: Optional[Path] = typer.Option(None, "--image", help="An image file instead of --features/--image-id: "
+                                         "features made on the fly with the run's extractor."),
     question: str = typer.Option(..., help="The question, e.g. \"What color is the cube?\"."),
     top: int = typer.Option(5, help="Number of answers to list."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    extractor: Optional[str] = EXTRACTOR,
+    weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
 ) -> None:
     """Answer a question about one image: the top candidate answers with their scores (sigmoid, 0-1)."""
     from vlattn.tasks.vqa import answer as run_answer, format_answers
 
-    result = run_answer(checkpoint, features, image_id, question, top=top, device=device)
+    result = run_answer(checkpoint, features, image_id, question, top=top, device=device, image=image,
+                        extractor=extractor, weights=weights)
     typer.echo(json.dumps(result) if as_json else format_answers(result))
 
 
 @app.command("import-checkpoint")
 def import_checkpoint(
-    source: Path = typer.Argument(..., help="The released checkpoint file (.pth); its state_dict entry is read."),
-    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer)."),
-    vocab: Path = typer.Option(..., "--vocab", help="Word list, one word per line in index order (docs/m2-official.md)."),
+    source: Path = typer.Argument(..., help="The released checkpoint: a .pth file (m2-official); a directory with "
+                                  "config.json + model.safetensors or pytorch_model.bin, or a weights file (lxmert-hf)."),
+    fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer), "
+                            "lxmert-hf (LXMERT in transformers' or the released code's names)."),
+    vocab: Optional[Path] = typer.Option(
+        None, "--vocab", help="Word list, one word per line in index order (m2-official: docs/m2-official.md; "
+        "lxmert-hf: BERT's vocab.txt, default SOURCE/vocab.txt)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
-    heads: int = typer.Option(8, help="Attention heads (not recorded in the weights; the released model uses 8)."),
+    heads: Optional[int] = typer.Option(None, help="Attention heads when the checkpoint does not record them "
+                                        "(m2-official: 8; lxmert-hf: config.json's, else 12)."),
+    answers: Optional[Path] = typer.Option(
+        None, "--answers", help="lxmert-hf: the answer head's labels, a JSON list in label order (LXMERT's "
+        "trainval_label2ans.json); default: config.json's id2label."),
     config: Optional[str] = typer.Option(
         None, "--config", "-c", help="Preset or YAML whose data/train/eval sections the run uses (default: the released "
         "evaluation settings); the model section comes from the checkpoint."),
 ) -> None:
-    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, SCST)."""
+    """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, answer, SCST)."""
     from vlattn.validation import load_valid_config
     from vlattn.importers import import_checkpoint as run_import
 
     base = load_valid_config(config) if config is not None else None
-    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base)))
+    typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base, answers=answers)))
 
 
 @config_app.command("list")

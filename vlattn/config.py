@@ -151,6 +151,13 @@ class DataConfig(Section):
         default_factory=lambda: {"train": ["train"], "val": ["val"], "test": ["test"]}
     )
     max_question_len: int = bounded(14, ge=1)
+    # how questions become ids: MCAN's words (a vocabulary built from the training questions) or BERT's uncased
+    # WordPiece over the local vocab.txt `wordpiece_vocab` (relative to `root`; LXMERT: [CLS] pieces [SEP])
+    question_tokens: Literal["words", "wordpiece"] = "words"
+    # the VQA task's question files: VQA v2 (`questions` + `annotations`) or GQA's balanced questions (`questions`
+    # only: their answers and types are in the same file; vlattn/data/gqa.py)
+    format: Literal["vqa", "gqa"] = "vqa"
+    wordpiece_vocab: str = "vocab.txt"
     answer_min_count: int = bounded(9, ge=1)
     zero_image: bool = False
 

@@ -13,13 +13,14 @@ kind (:func:`write_marker`, :func:`marker_kind`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 _RANDOM = "[a-z0-9_]{8}"  # tempfile's random part
 MARKER = ".vlattn.json"
@@ -225,3 +226,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (UTF-8)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def state_sha256(state: Mapping[str, Any]) -> str:
+    """SHA-256 of a model's state (name -> tensor): names, dtypes, shapes and values in name order, so the same
+    weights hash alike whatever file format they were saved in."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        array = state[name].detach().cpu().contiguous().numpy()
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()

@@ -112,3 +112,19 @@ def test_noam_epoch_offset_follows_the_released_lambda_lr_loop() -> None:
     assert ours == pytest.approx(expected, rel=1e-12)
     plain = Noam(d_model=512, warmup=warmup)
     assert plain.lr_at(per_epoch, 1) != pytest.approx(expected[per_epoch])
+
+
+def test_warmup_linear_follows_bert_adam() -> None:
+    """BertAdam's warmup_linear(x, w) at x = s / T with its step count s starting at 1 (T = 20, w = 0.1): the
+    rate climbs to lr at s = 2, then falls linearly to 0 at s = 20; the run's T fills an unset total_steps."""
+    from vlattn.config import Spec
+    from vlattn.training.schedules import WarmupLinear, build_schedule
+
+    schedule = build_schedule(Spec("warmup_linear", {"lr": 5e-5, "warmup": 0.1}), d_model=8, total_steps=20)
+    assert schedule == WarmupLinear(lr=5e-5, warmup=0.1, total_steps=20)
+    rates = [schedule.lr_at(step, 0) for step in range(22)]
+    assert rates[0] == pytest.approx(5e-5 * 0.05 / 0.1) and rates[1] == pytest.approx(5e-5)
+    assert rates[10] == pytest.approx(5e-5 * (1 - 11 / 20) / 0.9)
+    assert rates[19] == 0.0 and rates[21] == 0.0
+    given = build_schedule(Spec("warmup_linear", {"total_steps": 7}), d_model=8, total_steps=20)
+    assert given.total_steps == 7

@@ -33,6 +33,7 @@ from vlattn.data.regions import first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa_answers import AnswerVocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import DataError
 from vlattn.metrics.vqa import normalize_answer, vqa_accuracy
 
@@ -178,6 +179,7 @@ class VQASplit:
     questions: list[Question]
     annotations: dict[int, Annotation] | None
     sources: list[Path]
+    external_ids: dict[int, str] | None = None  # the files' own question ids where they are not integers (GQA)
 
 
 def load_split(name: str, question_files: Sequence[Path], annotation_files: Sequence[Path]) -> VQASplit:
@@ -225,7 +227,7 @@ class VQADataset(Dataset):
         questions: Sequence[Question],
         annotations: dict[int, Annotation] | None,
         store: FeatureStore,
-        words: Vocabulary,
+        words: Vocabulary | WordPieceVocabulary,
         answers: AnswerVocabulary | None,
         max_regions: int,
         max_question_len: int = 14,
@@ -299,8 +301,11 @@ class VQADataset(Dataset):
         return item
 
 
-def encode_question(words: Vocabulary, text: str, max_len: int) -> list[int]:
-    """Word indices of the first ``max_len`` of :func:`question_tokens` (unknown words -> UNK)."""
+def encode_question(words: Vocabulary | WordPieceVocabulary, text: str, max_len: int) -> list[int]:
+    """Word indices of the first ``max_len`` of :func:`question_tokens` (unknown words -> UNK); with a WordPiece
+    vocabulary, ``[CLS] pieces [SEP]`` in ``max_len`` ids (both pad with 0)."""
+    if isinstance(words, WordPieceVocabulary):
+        return words.encode_text(text, max_len)
     return words.encode(question_tokens(text), max_len)
 
 

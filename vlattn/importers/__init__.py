@@ -1,12 +1,13 @@
 """Importers of other projects' released checkpoints (``vlattn import-checkpoint --format NAME``).
 
-``FORMATS`` maps a format name to a reader ``(checkpoint, word_list, heads=, base=) -> Imported``;
-:func:`import_checkpoint` writes the result as a vlattn run directory that ``vlattn eval``, ``vlattn
-caption`` and ``vlattn train --stage scst --init`` use::
+``FORMATS`` maps a format name to a reader ``(checkpoint, word_list, heads=, base=, answers=) -> Imported``
+(``m2-official``: the released M2 captioner; ``lxmert-hf``: LXMERT in transformers' or the released code's names,
+a VQA model); :func:`import_checkpoint` writes the result as a vlattn run directory that ``vlattn eval``,
+``vlattn caption`` / ``vlattn answer`` and ``vlattn train --init`` use::
 
-    RUN_DIR/checkpoints/best/   model.safetensors, config.json, vocab-words.json (a vlattn checkpoint)
+    RUN_DIR/checkpoints/best/   model.safetensors, config.json, vocab-words.json (+ vocab-answers.json for VQA)
     RUN_DIR/config.yaml         the imported run's config
-    RUN_DIR/vocab-words.json    the vocabulary (as in a trained run directory)
+    RUN_DIR/vocab-*.json        the vocabularies (as in a trained run directory)
     RUN_DIR/import.json         provenance: format, source files and their SHA-256, the inferred layout
 
 The directory is assembled next to ``RUN_DIR`` under a vlattn temporary name (``.RUN_DIR.<pid>.<random>.tmp``,
@@ -29,12 +30,13 @@ from typing import Any
 from vlattn.config import Config, lookup, save_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
+from vlattn.importers.lxmert_hf import read_lxmert
 from vlattn.importers.m2_official import Imported, read_released
 from vlattn.io import atomic_write_text, make_temporary_dir, remove_stale_temporaries
-from vlattn.models import build_captioner
+from vlattn.models import build_captioner, build_vqa_model
 from vlattn.training.checkpoint import save_checkpoint, save_vocabularies
 
-FORMATS: dict[str, Callable[..., Imported]] = {"m2-official": read_released}
+FORMATS: dict[str, Callable[..., Imported]] = {"m2-official": read_released, "lxmert-hf": read_lxmert}
 
 
 def file_sha256(path: str | Path) -> str:
@@ -47,32 +49,38 @@ def file_sha256(path: str | Path) -> str:
 
 
 def import_checkpoint(
-    fmt: str, checkpoint: str | Path, word_list: str | Path, out: str | Path, *, heads: int = 8,
-    base: Config | None = None,
+    fmt: str, checkpoint: str | Path, word_list: str | Path | None, out: str | Path, *, heads: int | None = None,
+    base: Config | None = None, answers: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Import ``checkpoint`` of format ``fmt`` with its ``word_list`` into the new run directory ``out``;
-    returns the provenance record written to ``out/import.json``."""
+    """Import ``checkpoint`` of format ``fmt`` with its ``word_list`` (and, for a VQA model, its ``answers``) into
+    the new run directory ``out``; returns the provenance record written to ``out/import.json``."""
     reader = lookup(FORMATS, fmt, "checkpoint format", "--format")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError("exists and is not empty; choose a new run directory", path=out)
-    imported = reader(checkpoint, word_list, heads=heads, base=base)
-    model = build_captioner(imported.config.model, len(imported.vocab), pad_id=Vocabulary.PAD)
+    imported = reader(checkpoint, word_list, heads=heads, base=base, answers=answers)
+    vocabularies: dict[str, Any] = {"words": imported.vocab}
+    if imported.answers is None:
+        model = build_captioner(imported.config.model, len(imported.vocab), pad_id=Vocabulary.PAD)
+    else:
+        vocabularies["answers"] = imported.answers
+        model = build_vqa_model(imported.config.model, len(imported.vocab), len(imported.answers))
     model.load_state_dict(imported.state, strict=True)
-    record = {
-        "format": fmt,
-        "checkpoint": str(checkpoint),
-        "checkpoint_sha256": file_sha256(checkpoint),
-        "word_list": str(word_list),
-        "word_list_sha256": file_sha256(word_list),
-        "layout": dataclasses.asdict(imported.layout),
+    sources = {"checkpoint": checkpoint, "word_list": word_list, "answers": answers}
+    record: dict[str, Any] = {"format": fmt}
+    for name, path in sources.items():
+        if path is not None:
+            record[name] = str(path)
+            record[f"{name}_sha256"] = file_sha256(path) if Path(path).is_file() else {
+                file.name: file_sha256(file) for file in sorted(Path(path).iterdir()) if file.is_file()}
+    record.update({
+        "layout": None if imported.layout is None else dataclasses.asdict(imported.layout),
         "tensors": len(imported.state),
         "dropped_runtime_buffers": imported.dropped,
-    }
+    })
     remove_stale_temporaries(out)  # left by an import of this name that was killed
     staging = make_temporary_dir(out)
     try:
-        vocabularies = {"words": imported.vocab}
         save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
         save_config(imported.config, staging / "config.yaml")
         save_vocabularies(staging, vocabularies)

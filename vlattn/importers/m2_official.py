@@ -36,6 +36,8 @@ from torch import Tensor
 from vlattn.config import Config, ModelConfig, Spec, config_from_dict, config_to_dict
 from vlattn.tasks import check_components
 from vlattn.data.vocab import Vocabulary, read_word_list
+from vlattn.data.vqa_answers import AnswerVocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import DataError
 from vlattn.models import build_captioner
 
@@ -84,10 +86,11 @@ class Imported:
     """A released state dict mapped onto vlattn: the config, vocabulary and state dict of the model."""
 
     config: Config
-    vocab: Vocabulary
+    vocab: Vocabulary | WordPieceVocabulary
     state: dict[str, Tensor]
-    layout: ReleasedLayout
-    dropped: list[str] = field(default_factory=list)  # runtime-state buffers
+    layout: ReleasedLayout | None  # what the tensors describe, when the format has more to say than the config
+    dropped: list[str] = field(default_factory=list)  # runtime-state buffers, heads of another stage
+    answers: AnswerVocabulary | None = None  # the answer classifier's labels (VQA models)
 
 
 def _indices(state: dict[str, Tensor], pattern: str) -> set[int]:
@@ -256,11 +259,17 @@ def map_state_dict(
 
 
 def read_released(
-    checkpoint: str | Path, word_list: str | Path, *, heads: int = RELEASED_HEADS, base: Config | None = None
+    checkpoint: str | Path, word_list: str | Path | None, *, heads: int | None = None, base: Config | None = None,
+    answers: str | Path | None = None,
 ) -> Imported:
     """Read ``checkpoint`` (its ``state_dict`` entry, safely) and ``word_list``, and map them."""
     from vlattn.importers.torchfile import load_state_dict
 
+    if word_list is None:
+        raise DataError("--vocab: the m2-official format needs the released word list (docs/m2-official.md)")
+    if answers is not None:
+        raise DataError("--answers: an m2-official checkpoint is a captioner; it has no answers")
+    heads = RELEASED_HEADS if heads is None else heads
     state = load_state_dict(checkpoint)
     return map_state_dict(state, read_word_list(word_list), heads=heads, base=base, source=checkpoint,
                           vocab_source=word_list)

@@ -4,6 +4,9 @@ class with an ``Options`` dataclass, built as ``cls(d_model, d_ff, dropout, opti
 options) -> str | None``; :func:`build_feed_forward` turns a problem into a ``ConfigError`` naming the key.
 
 - ``plain``: Vaswani et al. 2017, Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2.
+
+The non-linearity is the model kind's choice, not an option of the entry: ``activation`` ``relu`` (the
+Transformer) or ``gelu`` (BERT and LXMERT: the exact, erf-based GeLU).
 - ``gffn``: LW-Transformer's group-wise FFN (Luo et al. 2022, Sec. III-B, Eq. 7-8): the expanding layer
   H = max(0, x W1 + b1) stays dense (d -> d_f, "to protect the non-linearity"), then the hidden units split
   into k groups H_i of d_f / k and each is mapped to d / k channels, G-FFN(x) = [H_1 W2 + b2, ..., H_k W2 + b2],
@@ -15,8 +18,9 @@ options) -> str | None``; :func:`build_feed_forward` turns a problem into a ``Co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlattn.config import bounded, lookup, parse_options
@@ -24,17 +28,24 @@ from vlattn.errors import ConfigError
 from vlattn.layers.grouped import GroupedLinear
 
 
+Activation = Literal["relu", "gelu"]
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
 class FeedForward(nn.Module):
-    """Linear(d->d_ff) + ReLU + dropout + Linear(d_ff->d), applied per position: (B, N, d) -> (B, N, d)."""
+    """Linear(d->d_ff) + activation (ReLU by default) + dropout + Linear(d_ff->d), applied per position:
+    (B, N, d) -> (B, N, d)."""
 
     @dataclass
     class Options:
         """The plain feed-forward network has no options of its own."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, options: Options | None = None) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, options: Options | None = None,
+                 activation: Activation = "relu") -> None:
         super().__init__()
         self.fc1, self.fc2 = self.layers(d_model, d_ff, options)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def layers(self, d_model: int, d_ff: int, options: object) -> tuple[nn.Module, nn.Module]:
         """The expanding (d -> d_ff) and scaling (d_ff -> d) layers: dense here."""
@@ -42,7 +53,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, N, d) -> (B, N, d)."""
-        return self.fc2(self.dropout(self.fc1(x).relu()))
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
 class GroupFeedForward(FeedForward):
@@ -66,12 +77,13 @@ class GroupFeedForward(FeedForward):
                 return f"{name} {size} is not divisible by groups {options.groups}"
         return None
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, options: Options | None = None) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, options: Options | None = None,
+                 activation: Activation = "relu") -> None:
         options = options or self.Options()
         problem = self.size_problem(d_model, d_ff, options)
         if problem:
             raise ValueError(problem)
-        super().__init__(d_model, d_ff, dropout, options)
+        super().__init__(d_model, d_ff, dropout, options, activation)
         self.groups = options.groups
 
     def layers(self, d_model: int, d_ff: int, options: Options) -> tuple[nn.Module, nn.Module]:
@@ -86,12 +98,13 @@ FEED_FORWARD: dict[str, type[nn.Module]] = {"plain": FeedForward, "gffn": GroupF
 
 def build_feed_forward(
     name: str, d_model: int, d_ff: int, dropout: float = 0.0, options: dict[str, Any] | Any = None,
-    where: str = "feed_forward",
+    where: str = "feed_forward", activation: Activation = "relu",
 ) -> nn.Module:
-    """Instantiate the registered feed-forward ``name`` with validated ``options`` (errors name ``where``)."""
+    """Instantiate the registered feed-forward ``name`` with validated ``options`` (errors name ``where``) and the
+    model's ``activation``."""
     cls = lookup(FEED_FORWARD, name, "feed-forward", where)
     parsed = parse_options(cls.Options, options, f"{where}.options")
     problem = cls.size_problem(d_model, d_ff, parsed) if hasattr(cls, "size_problem") else None
     if problem:
         raise ConfigError(f"{where}: feed-forward {name!r} {problem}")
-    return cls(d_model, d_ff, dropout, parsed)
+    return cls(d_model, d_ff, dropout, parsed, activation)

@@ -23,6 +23,7 @@ from vlattn.errors import ConfigError
 from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
+from vlattn.models.lxmert import Lxmert, build_lxmert
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.mcan_catt import MCANCatt, build_mcan_catt
@@ -43,10 +44,16 @@ from vlattn.models.updown import UpDownCaptioner, UpDownState, build_updown
 @dataclass(frozen=True)
 class ModelKind:
     """A registered model kind: ``task``, the name of the task (``vlattn.tasks.TASKS``) whose models it
-    builds, and ``build``, its builder (the task decides the builder's arguments)."""
+    builds (and ``also``, other tasks it serves), and ``build``, its builder (the task decides the builder's
+    arguments)."""
 
     task: str
     build: Callable[..., nn.Module]
+    also: tuple[str, ...] = ()  # further tasks whose models it builds with the same builder
+    boxes: bool = False  # its models always read the region boxes (LXMERT's region embedding)
+
+    def serves(self, task: str) -> bool:
+        return task == self.task or task in self.also
 
 
 MODELS: dict[str, ModelKind] = {
@@ -57,6 +64,7 @@ MODELS: dict[str, ModelKind] = {
     "twin_stream": ModelKind("vqa", build_twin_stream),
     "catt": ModelKind("captioning", build_catt),
     "mcan_catt": ModelKind("vqa", build_mcan_catt),
+    "lxmert": ModelKind("vqa", build_lxmert, also=("nlvr2",), boxes=True),  # VQA v2 and GQA are both task vqa
 }
 
 
@@ -64,8 +72,8 @@ def model_kind(kind: str, task: str) -> ModelKind:
     """The registered kind ``kind`` (unknown kinds list the valid ones), which must serve ``task``; errors
     name ``model.kind``."""
     entry = lookup(MODELS, kind, "model kind", "model.kind")
-    if entry.task != task:
-        own = ", ".join(sorted(name for name, other in MODELS.items() if other.task == task)) or "(none)"
+    if not entry.serves(task):
+        own = ", ".join(sorted(name for name, other in MODELS.items() if other.serves(task))) or "(none)"
         raise ConfigError(
             f"model.kind: {kind!r} is a {entry.task} model, but the config's task is {task!r} (its kinds: {own})"
         )
@@ -122,6 +130,7 @@ __all__ = [
     "DecoderLayer",
     "EncoderLayer",
     "LayerCache",
+    "Lxmert",
     "Memory",
     "MeshedCrossAttention",
     "ModelInputs",
@@ -136,6 +145,7 @@ __all__ = [
     "UpDownState",
     "build_captioner",
     "build_catt",
+    "build_lxmert",
     "build_m2",
     "build_mcan",
     "build_mcan_catt",

@@ -8,6 +8,10 @@ with fan-in/fan-out of its own shape. Biases and LayerNorm parameters keep their
 :func:`glorot` is "all model parameters are initialized as suggested by Glorot et al." (the SLA paper, Sec. 4.1.2):
 Xavier-uniform on every weight tensor as above, and zero biases (Glorot and Bengio 2010, Sec. 4.2.1); an
 embedding's padding row stays zero.
+
+:func:`bert_init` is BERT's (and LXMERT's) ``init_bert_weights``: every ``nn.Linear`` and ``nn.Embedding`` weight
+from N(0, std^2), Linear biases zero, LayerNorm weights one and biases zero; an embedding's padding row zero (as
+``nn.Embedding`` leaves it). Parameters of other modules (memory slots, dictionaries) keep their own.
 """
 
 from __future__ import annotations
@@ -42,3 +46,18 @@ def glorot(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             module.weight[module.padding_idx].zero_()
+
+
+@torch.no_grad()
+def bert_init(model: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation of the Linear, Embedding and LayerNorm modules of ``model`` (see the module docstring)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)

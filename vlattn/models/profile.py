@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -217,3 +218,32 @@ def format_profile(report: dict) -> str:
     lines.append("latency (median):")
     lines += [f"  {name:<14} {ms:>12.1f} ms" for name, ms in report["latency_ms"].items()]
     return "\n".join(lines)
+
+
+def classifier_profile(model: nn.Module, inputs: Mapping[str, Tensor], single: Mapping[str, Tensor],
+                       loss: Callable[[Tensor], Tensor], repeats: int, inference: str) -> dict[str, Any]:
+    """Parameters (total, per top-level module, backbone), FLOPs of a training step (forward, ``loss`` of the
+    logits, backward) and of a forward pass over ``inputs`` (named ``inference``), backbone multiply-adds of the
+    one-sample ``single``, and latency, of a model mapping inputs to logits."""
+
+    def train_step() -> None:
+        loss(model(inputs)).backward()
+        model.zero_grad(set_to_none=True)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(inputs)
+
+    model.train()
+    train_flops = count_flops(train_step)
+    model.eval()
+    forward_flops = count_flops(forward)
+    madds = backbone_madds_of(model, lambda: model(single))
+    model.train()
+    return {
+        "threads": torch.get_num_threads(),
+        "parameters": count_parameters(model),
+        "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
+        "flops": {"train_step": train_flops, inference: forward_flops},
+        "latency_ms": latency_of({"train_step_ms": train_step, f"{inference}_ms": forward}, repeats),
+    }

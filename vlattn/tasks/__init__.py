@@ -18,6 +18,7 @@ from vlattn.tasks.answerer import Answerer
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioner import Captioner
 from vlattn.tasks.captioning import CAPTIONING
+from vlattn.tasks.nlvr2 import NLVR2
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.distributed import pick_device
@@ -25,7 +26,7 @@ from vlattn.training.rundir import RunDirectory
 from vlattn.training.schedules import check_schedule
 from vlattn.training.stage import Stage, run_stage
 
-TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA}
+TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA, "nlvr2": NLVR2}
 # the trained-model object each task gives Python callers (vlattn.load)
 PREDICTORS: dict[str, type[Captioner] | type[Answerer]] = {"captioning": Captioner, "vqa": Answerer}
 
@@ -113,6 +114,9 @@ def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | 
     predictor: a :class:`Captioner` or an :class:`Answerer`."""
     loaded = load_checkpoint(checkpoint)
     check_components(loaded.config)
+    if loaded.config.task not in PREDICTORS:
+        raise ConfigError(f"{loaded.path}: a {loaded.config.task} checkpoint; vlattn.load serves "
+                          f"{', '.join(PREDICTORS)} models (vlattn eval evaluates this one)")
     return PREDICTORS[loaded.config.task].from_checkpoint(loaded, pick_device(device))
 
 

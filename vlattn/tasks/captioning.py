@@ -40,6 +40,8 @@ from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.record import store_extractor
+from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
@@ -94,6 +96,11 @@ class CaptionData:
     @property
     def root(self) -> Path:
         return Path(self.config.root)
+
+    @property
+    def feature_extractor(self) -> dict[str, Any] | None:
+        """The extractor record of the feature store (None when it has none); every checkpoint keeps it."""
+        return store_extractor(self.root / self.config.features)
 
     @property
     def vocabularies(self) -> dict[str, Vocabulary]:
@@ -380,30 +387,44 @@ def check_beam_size(beam_size: int | None, cfg: Config, vocab: Vocabulary) -> in
 
 def caption(
     checkpoint_path: str | Path,
-    features: str | Path,
+    features: str | Path | None,
     ids: list[int] | None,
     *,
     beam_size: int | None = None,
     device: str = "auto",
     packed_output: bool | None = None,
+    images: Sequence[str | Path] | None = None,
+    extractor: str | None = None,
+    weights: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Caption the given image ids (default: all) of a feature store; COCO results rows. ``packed_output``
-    overrides the checkpoint's ``eval.packed_output`` (None: keep it)."""
+    """Caption the given image ids (default: all) of a feature store, or the image files ``images`` (features made
+    with the run's extractor, :func:`vlattn.pixels.on_the_fly.extract_for_run`; rows then name the ``file``); COCO
+    results rows. ``packed_output`` overrides the checkpoint's ``eval.packed_output`` (None: keep it)."""
+    if (features is None) == (images is None):
+        raise ConfigError("give either --features (a feature store) or --images (image files)")
     checkpoint = load_checkpoint(checkpoint_path)
     cfg = checkpoint.config
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
     beam = check_beam_size(beam_size, cfg, vocab)
-    store = open_store(features)
-    wanted = ids if ids is not None else store.ids()
-    missing = [i for i in wanted if i not in store]
-    if missing:
-        raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
     dev = pick_device(device)
+    files = [Path(p) for p in images or []]
+    if images is not None:
+        store: FeatureStore = extract_for_run(checkpoint.extractor, files, dev, extractor=extractor, weights=weights)
+        wanted = store.ids()
+    else:
+        assert features is not None
+        store = open_store(features)
+        wanted = ids if ids is not None else store.ids()
+        missing = [i for i in wanted if i not in store]
+        if missing:
+            raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
     model = load_decoder(checkpoint, vocab, store.dim, dev, packed_output)
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
     predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
+    if images is not None:
+        return [{"image_id": i, "file": str(files[i]), "caption": predictions[i]} for i in wanted]
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
 
 

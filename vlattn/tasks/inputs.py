@@ -15,6 +15,7 @@ from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.memory import MemoryStore
 from vlattn.errors import ConfigError, DataError
+from vlattn.models import MODELS
 from vlattn.tasks.base import check_feature_dim
 
 
@@ -30,8 +31,9 @@ def _specs(node: Any) -> Iterator[dict[str, Any]]:
 def reads_boxes(cfg: ModelConfig) -> bool:
     """Whether the model of ``cfg`` reads region boxes: appended to the features (``box_input``), encoded
     (``box_encoding``), or through an attention mechanism that needs geometry (GSA, NG-SAN's, SLA with
-    ``position: boxes``) at any site, the kind's options included."""
-    if cfg.box_input or cfg.box_encoding != "none":
+    ``position: boxes``) at any site, the kind's options included; or a kind that always reads them (LXMERT)."""
+    kind = MODELS.get(cfg.kind)
+    if cfg.box_input or cfg.box_encoding != "none" or (kind is not None and kind.boxes):
         return True
     for spec in _specs(dataclasses.asdict(cfg)):
         cls = ATTENTION.get(spec["name"])

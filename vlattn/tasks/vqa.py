@@ -44,9 +44,13 @@ from vlattn.config import Config, DataConfig
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.record import store_extractor
+from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
+from vlattn.data.gqa import load_gqa_split
 from vlattn.data.vocab import Vocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.data.vqa import (
     Annotation,
     AnswerVocabulary,
@@ -60,18 +64,12 @@ from vlattn.data.vqa import (
     question_tokens,
 )
 from vlattn.errors import ConfigError, DataError
+from vlattn.data.jsonfiles import write_json
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
 from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
-from vlattn.models.profile import (
-    backbone_madds_of,
-    backbone_parameters,
-    count_flops,
-    count_parameters,
-    latency_of,
-    random_regions,
-)
+from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.answers import answer_loss, answer_objective
@@ -91,11 +89,16 @@ class VQAData:
 
     root: Path
     config: DataConfig
-    words: Vocabulary
+    words: Vocabulary | WordPieceVocabulary
     answers: AnswerVocabulary
     store: FeatureStore
     loaded: dict[str, VQASplit] = field(default_factory=dict)
     skipped: int | None = None  # training questions without a candidate answer (after :meth:`train_set`)
+
+    @property
+    def feature_extractor(self) -> dict[str, Any] | None:
+        """The extractor record of the feature store (None when it has none); every checkpoint keeps it."""
+        return store_extractor(self.root / self.config.features)
 
     @property
     def vocabularies(self) -> dict[str, Vocabulary | AnswerVocabulary]:
@@ -163,18 +166,29 @@ def split_files(root: Path, cfg: DataConfig, split: str) -> tuple[list[Path], li
 
 
 def read_split(root: Path, cfg: DataConfig, split: str) -> VQASplit:
-    """Split ``split`` of the data set at ``root``."""
+    """Split ``split`` of the data set at ``root`` (VQA v2 files, or GQA's with ``data.format: gqa``)."""
     questions, annotations = split_files(root, cfg, split)
+    if cfg.format == "gqa":
+        return load_gqa_split(split, questions)
     return load_split(split, questions, annotations)
 
 
-def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
-    """Question words of ``data.vocab_splits`` and the frequent training answers (see the module docstring)."""
+def question_vocabulary(data: VQAData) -> Vocabulary | WordPieceVocabulary:
+    """The question words of ``data.vocab_splits`` or, with ``data.question_tokens: wordpiece``, the WordPiece
+    entries of ``data.wordpiece_vocab`` (relative to the data root)."""
+    cfg = data.config
+    if cfg.question_tokens == "wordpiece":
+        return WordPieceVocabulary.from_file(data.root / cfg.wordpiece_vocab)
+    return build_question_vocabulary((q for split in cfg.vocab_splits for q in data.split(split).questions),
+                                     cfg.vocab_min_count)
+
+
+def build_vocabularies(data: VQAData) -> tuple[Vocabulary | WordPieceVocabulary, AnswerVocabulary]:
+    """Question words (:func:`question_vocabulary`) and the frequent training answers (see the module docstring)."""
     cfg, train = data.config, data.split("train")
     if train.annotations is None:
         raise DataError("the train split has no annotations to take candidate answers from", path=train.sources[0])
-    words = build_question_vocabulary((q for split in cfg.vocab_splits for q in data.split(split).questions),
-                                      cfg.vocab_min_count)
+    words = question_vocabulary(data)
     answers = AnswerVocabulary.build((a.multiple_choice_answer for a in train.annotations.values()),
                                      min_count=cfg.answer_min_count)
     if not len(answers):
@@ -183,7 +197,7 @@ def build_vocabularies(data: VQAData) -> tuple[Vocabulary, AnswerVocabulary]:
     return words, answers
 
 
-def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
+def load_vqa_data(cfg: DataConfig, words: Vocabulary | WordPieceVocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
     """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
@@ -193,11 +207,13 @@ def load_vqa_data(cfg: DataConfig, words: Vocabulary | None = None, answers: Ans
     return data
 
 
-def checkpoint_vocabularies(checkpoint: Checkpoint) -> tuple[Vocabulary, AnswerVocabulary]:
+def checkpoint_vocabularies(checkpoint: Checkpoint) -> tuple[Vocabulary | WordPieceVocabulary, AnswerVocabulary]:
     """The ``words`` and ``answers`` vocabularies of a VQA checkpoint (checked against its weights)."""
     if checkpoint.config.task != VQA.name:
         raise ConfigError(f"{checkpoint.path}: a {checkpoint.config.task} checkpoint; this needs a VQA model")
-    return checkpoint.vocabulary("words", Vocabulary.load), checkpoint.vocabulary("answers", AnswerVocabulary.load)
+    wordpiece = checkpoint.config.data.question_tokens == "wordpiece"
+    words = checkpoint.vocabulary("words", WordPieceVocabulary.load if wordpiece else Vocabulary.load)
+    return words, checkpoint.vocabulary("answers", AnswerVocabulary.load)
 
 
 def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
@@ -207,7 +223,7 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
     return load_vqa_data(cfg.data, *checkpoint_vocabularies(source))
 
 
-def build_model(cfg: Config, words: Vocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
+def build_model(cfg: Config, words: Vocabulary | WordPieceVocabulary, answers: AnswerVocabulary, store_dim: int | None = None) -> nn.Module:
     """The VQA model of ``cfg.model`` for the vocabularies (checks the feature size against the store)."""
     check_feature_dim(cfg.model, store_dim)
     return new_vqa_model(cfg, len(words), len(answers))
@@ -310,7 +326,7 @@ TRAIN: Stage[VQAData] = Stage(
 # --- evaluation, answering, profiling ---------------------------------------------------------------------
 
 
-def load_model(checkpoint: Checkpoint, words: Vocabulary, answers: AnswerVocabulary, store_dim: int,
+def load_model(checkpoint: Checkpoint, words: Vocabulary | WordPieceVocabulary, answers: AnswerVocabulary, store_dim: int,
                device: torch.device) -> nn.Module:
     model = build_model(checkpoint.config, words, answers, store_dim)
     load_weights(model, checkpoint)
@@ -318,29 +334,41 @@ def load_model(checkpoint: Checkpoint, words: Vocabulary, answers: AnswerVocabul
 
 
 def results_name(cfg: Config, split: str) -> str:
-    """The evaluation server's file name: ``vqa_OpenEnded_mscoco_<subtypes>_<kind>_results.json``."""
+    """The evaluation server's file name: ``vqa_OpenEnded_mscoco_<subtypes>_<kind>_results.json`` (GQA:
+    ``gqa_<subtypes>_<kind>_predictions.json``)."""
     subtypes = "+".join(cfg.data.vqa_splits.get(split, [split]))
+    if cfg.data.format == "gqa":
+        return f"gqa_{subtypes}_{cfg.model.kind}_predictions.json"
     return f"vqa_OpenEnded_mscoco_{subtypes}_{cfg.model.kind}_results.json"
 
 
 def answer(
-    checkpoint_path: str | Path, features: str | Path, image_id: int, question: str, *, top: int = 5,
-    device: str = "auto",
+    checkpoint_path: str | Path, features: str | Path | None, image_id: int | None, question: str, *, top: int = 5,
+    device: str = "auto", image: str | Path | None = None, extractor: str | None = None, weights: str | None = None,
 ) -> dict[str, Any]:
     """The ``top`` candidate answers (with their sigmoid scores) to ``question`` about image ``image_id`` of
-    the feature store ``features``; also the question's words as the model reads them (``<unk>`` for words
-    outside its vocabulary)."""
+    the feature store ``features``, or about the image file ``image`` (features made with the run's extractor,
+    :func:`vlattn.pixels.on_the_fly.extract_for_run`); also the question's words as the model reads them
+    (``<unk>`` for words outside its vocabulary)."""
     if top < 1:
         raise ConfigError(f"--top: must be >= 1, got {top}")
+    if (image is None) == (features is None or image_id is None):
+        raise ConfigError("give either --features with --image-id (a feature store) or --image (an image file)")
     checkpoint = load_checkpoint(checkpoint_path)
     words, answers = checkpoint_vocabularies(checkpoint)
     cfg = checkpoint.config
-    store = open_store(features)
-    if image_id not in store:
-        raise DataError("image id not in the feature store", path=features, item=image_id)
     if not question_tokens(question):
         raise DataError("the question has no words", item=question)
     dev = pick_device(device)
+    if image is not None:
+        store: FeatureStore = extract_for_run(checkpoint.extractor, [Path(image)], dev, extractor=extractor,
+                                              weights=weights)
+        image_id = 0
+    else:
+        assert features is not None and image_id is not None
+        store = open_store(features)
+        if image_id not in store:
+            raise DataError("image id not in the feature store", path=features, item=image_id)
     model = load_model(checkpoint, words, answers, store.dim, dev)
     dataset = VQADataset([Question(0, image_id, question)], None, store, words, None, max_regions=cfg.data.max_regions,
                          max_question_len=cfg.data.max_question_len, zero_image=cfg.data.zero_image)
@@ -349,6 +377,7 @@ def answer(
     read = [words.itos[i] for i in dataset[0]["question"]]
     return {
         "image_id": image_id,
+        **({"file": str(image)} if image is not None else {}),
         "question": question,
         "words": read,
         "answers": [{"answer": answers.itos[i], "score": round(float(s), 6)} for s, i in zip(best.values, best.indices)],
@@ -357,7 +386,8 @@ def answer(
 
 def format_answers(result: Mapping[str, Any]) -> str:
     """``vlattn answer``'s table: the question as read, then one line per answer with its score."""
-    lines = [f"image {result['image_id']}: {result['question']}", f"  read as: {' '.join(result['words'])}"]
+    lines = [f"image {result.get('file', result['image_id'])}: {result['question']}",
+             f"  read as: {' '.join(result['words'])}"]
     lines += [f"  {row['score']:.3f}  {row['answer']}" for row in result["answers"]]
     return "\n".join(lines)
 
@@ -388,9 +418,14 @@ class VisualQuestionAnswering:
         return new_vqa_model(cfg, vocab_size, num_answers)
 
     def check(self, cfg: Config) -> None:
-        """Build the VQA model on the meta device (every model option, site and mechanism is checked) and check
-        ``train.lr_scaling`` against it."""
-        lr_scale(cfg.train.lr_scaling, check_vqa_model_config(cfg.model))
+        """Build the VQA model on the meta device (every model option, site and mechanism is checked), check
+        ``train.lr_scaling`` against it and the question tokens against what the model reads."""
+        model = check_vqa_model_config(cfg.model)
+        lr_scale(cfg.train.lr_scaling, model)
+        reads = getattr(model, "question_tokens", "words")
+        if cfg.data.question_tokens != reads:
+            raise ConfigError(f"data.question_tokens: model.kind {cfg.model.kind!r} reads {reads!r} questions, "
+                              f"got {cfg.data.question_tokens!r}")
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Answer ``request.split`` (default ``val``), write the results file and, with annotations, the official
@@ -411,14 +446,20 @@ class VisualQuestionAnswering:
         predictions = answer_dataset(model, dataset, answers, batch_size=cfg.eval.batch_size, device=dev)
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
-        write_vqa_results(results, predictions)
+        external = data.split(split).external_ids
+        if external is None:
+            write_vqa_results(results, predictions)
+        else:  # GQA's submission format, its own question ids
+            write_json(results, [{"questionId": external[qid], "prediction": answer}
+                                 for qid, answer in sorted(predictions.items())])
         report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
                                   "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
         annotations = data.split(split).annotations
         if annotations is not None:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
-            report.update(unanswerable=unanswerable, **evaluate_vqa(predictions, annotations).to_dict())
+            report.update(unanswerable=unanswerable, format=cfg.data.format,
+                          **evaluate_vqa(predictions, annotations).to_dict())
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 
@@ -439,39 +480,27 @@ class VisualQuestionAnswering:
         model = build_vqa_model(cfg.model, shapes.vocab_size, shapes.answers)
         shapes = shapes.for_model(model)
         inputs = vqa_batch(shapes, cfg.model.feature_dim)
-
-        def train_step() -> None:
-            answer_loss(model(inputs), inputs["targets"], cfg.train.bce_reduction).backward()
-            model.zero_grad(set_to_none=True)
-
-        def forward() -> None:
-            with torch.no_grad():
-                model(inputs)
-
-        model.train()
-        train_flops = count_flops(train_step)
-        model.eval()
-        answer_flops = count_flops(forward)
         single = vqa_batch(dataclasses.replace(shapes, batch=1), cfg.model.feature_dim)
-        madds = backbone_madds_of(model, lambda: model(single))
-        model.train()
+        measured = classifier_profile(model, inputs, single,
+                                      lambda logits: answer_loss(logits, inputs["targets"], cfg.train.bce_reduction),
+                                      shapes.repeats, "answer_batch")
         return {
             "model": cfg.model.kind,
             "shapes": {"batch": shapes.batch, "regions": shapes.regions, "length": shapes.length,
                        "feature_dim": cfg.model.feature_dim, "vocab": shapes.vocab_size, "answers": shapes.answers},
-            "threads": torch.get_num_threads(),
-            "parameters": count_parameters(model),
-            "backbone": {"parameters": backbone_parameters(model), "madds_per_sample": madds},
-            "flops": {"train_step": train_flops, "answer_batch": answer_flops},
-            "latency_ms": latency_of({"train_step_ms": train_step, "answer_batch_ms": forward}, shapes.repeats),
+            **measured,
         }
 
 
 def format_accuracy(report: Mapping[str, Any]) -> list[str]:
-    """Lines of the accuracy table of a ``VQAReport.to_dict()``: overall, per answer type, per question type."""
+    """Lines of the accuracy table of a ``VQAReport.to_dict()``: overall, per answer type, per question type
+    (GQA: per structural and per semantic type)."""
+    gqa = report.get("format") == "gqa"
     lines = [f"  {'overall':<24} {report['overall']:6.2f}"]
+    if gqa:
+        lines.append("  per structural type:")
     lines += [f"  {kind:<24} {value:6.2f}" for kind, value in report["perAnswerType"].items()]
-    lines.append("  per question type:")
+    lines.append("  per semantic type:" if gqa else "  per question type:")
     lines += [f"    {kind:<22} {value:6.2f}" for kind, value in report["perQuestionType"].items()]
     return lines
 

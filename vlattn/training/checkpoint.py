@@ -2,7 +2,8 @@
 
 Layout of a checkpoint directory::
 
-    model.safetensors      the weights; its metadata records the SHA-256 of every vocabulary (below)
+    model.safetensors      the weights; its metadata records the SHA-256 of every vocabulary (below) and the
+                           extractor record of the feature store the run trained on, when it has one
     config.json            the resolved config of the run (``task``, model, data, train, eval)
     vocab-<name>.json      one file per named vocabulary of the task: ``vocab-words.json`` (captions,
                            questions), ``vocab-answers.json`` (VQA); each in its class's own JSON format
@@ -60,6 +61,7 @@ CONFIG_FILE = "config.json"
 STATE_FILE = "train_state.pt"
 LEGACY_VOCAB_FILE = "vocab.json"  # checkpoints before named vocabularies: the ``words`` vocabulary
 VOCABULARIES_KEY = "vlattn.vocabularies"  # safetensors metadata: JSON {name: sha256}
+EXTRACTOR_KEY = "vlattn.extractor"  # safetensors metadata: the training store's extractor record (JSON), if any
 
 
 class NamedVocabulary(Protocol):
@@ -100,6 +102,7 @@ class Checkpoint:
     config: Config
     train_state: dict[str, Any] | None
     hashes: dict[str, str] = field(default_factory=dict)  # vocabulary name -> sha256; {} for old checkpoints
+    extractor: dict[str, Any] | None = None  # the training features' extractor record (vlattn.data.features.record)
 
     def vocabulary(self, name: str, load: Callable[[Path], V]) -> V:
         """Vocabulary ``name`` read by ``load`` (e.g. ``Vocabulary.load``), checked against the hash recorded
@@ -129,15 +132,20 @@ def save_checkpoint(
     config: Config,
     vocabularies: Mapping[str, NamedVocabulary],
     train_state: dict[str, Any] | None = None,
+    extractor: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint directory atomically (see module docstring). Returns its path."""
+    """Write a checkpoint directory atomically (see module docstring); ``extractor`` is the record of the training
+    features' extractor. Returns its path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
     tmp = make_temporary_dir(path)
     try:
         hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
-        save_model(model, str(tmp / MODEL_FILE), metadata={VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)})
+        metadata = {VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)}
+        if extractor is not None:
+            metadata[EXTRACTOR_KEY] = json.dumps(dict(extractor), sort_keys=True)
+        save_model(model, str(tmp / MODEL_FILE), metadata=metadata)
         save_config(config, tmp / CONFIG_FILE)
         save_vocabularies(tmp, vocabularies)
         if train_state is not None:
@@ -188,13 +196,32 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise DataError("no checkpoint found (expected model.safetensors + config.json, or a run dir)", path=path)
 
 
-def recorded_hashes(file: Path) -> dict[str, str]:
-    """The ``{vocabulary name: sha256}`` metadata of a weights file ({} for checkpoints written before it)."""
+def weights_metadata(file: Path) -> dict[str, str]:
+    """The metadata of a weights file."""
     try:
         with safe_open(str(file), framework="pt") as weights:
-            metadata = weights.metadata() or {}
+            return weights.metadata() or {}
     except (SafetensorError, OSError) as err:
         raise DataError(f"cannot read weights: {err}", path=file) from None
+
+
+def recorded_extractor(file: Path) -> dict[str, Any] | None:
+    """The extractor record in a weights file's metadata (None: trained on a store without one)."""
+    text = weights_metadata(file).get(EXTRACTOR_KEY)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        raise DataError(f"malformed {EXTRACTOR_KEY} metadata", path=file)
+    return record
+
+
+def recorded_hashes(file: Path) -> dict[str, str]:
+    """The ``{vocabulary name: sha256}`` metadata of a weights file ({} for checkpoints written before it)."""
+    metadata = weights_metadata(file)
     if VOCABULARIES_KEY not in metadata:
         return {}
     try:
@@ -217,7 +244,8 @@ def load_checkpoint(path: str | Path, *, with_state: bool = False) -> Checkpoint
     state = None
     if with_state and (directory / STATE_FILE).is_file():
         state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
-    return Checkpoint(directory, config, state, recorded_hashes(directory / MODEL_FILE))
+    weights = directory / MODEL_FILE
+    return Checkpoint(directory, config, state, recorded_hashes(weights), recorded_extractor(weights))
 
 
 def load_weights(model: torch.nn.Module, checkpoint: Checkpoint | str | Path) -> torch.nn.Module:

@@ -16,6 +16,11 @@ resumed run reproduces the schedule exactly from the saved step/epoch counters.
   epochs t = 1..w of warm-up (w = 3: 1/4, 2/4, 3/4 of the rate, as the released code), then ``base_lr``,
   multiplied by ``decay_factor`` after each epoch listed in ``decay_epochs`` (0.2 after 10 and after 12).
 
+* ``warmup_linear`` — BERT's ``warmup_linear`` as the released LXMERT fine-tuning uses it (``BertAdam(warmup=0.1,
+  t_total=T)``): with x = (step + 1) / T, ``lr * x / warmup`` while x < warmup, then ``lr * (1 - x) / (1 - warmup)``
+  (0 from the last step on); T, the run's optimiser steps (epochs x steps per epoch), is known when the run starts
+  (``total_steps`` None) or given.
+
 ``train.lr_scaling: sqrt_groups`` multiplies the XE schedule by sqrt(k) (:func:`lr_scale`; LW-Transformer
 Sec. IV-C: "the basic learning rate is set to 1e-4 x sqrt(k), where k denotes the number of groups"); the SCST
 rate is given outright (5e-6) and not scaled.
@@ -105,6 +110,21 @@ class WarmupMultiStep:
 
 
 @dataclass(frozen=True)
+class WarmupLinear:
+    """Linear warm-up over the first ``warmup`` fraction of the ``total_steps`` steps, then linear decay to 0."""
+
+    lr: float = bounded(5e-5, gt=0.0)
+    warmup: float = bounded(0.1, gt=0.0, lt=1.0)
+    total_steps: int | None = bounded(None, ge=1)
+
+    def lr_at(self, step: int, epoch: int) -> float:
+        if self.total_steps is None:
+            raise ValueError("warmup_linear needs total_steps (set when a run starts)")
+        x = (step + 1) / self.total_steps
+        return self.lr * (x / self.warmup if x < self.warmup else max((1.0 - x) / (1.0 - self.warmup), 0.0))
+
+
+@dataclass(frozen=True)
 class Scaled:
     """``schedule``'s rate times ``factor``."""
 
@@ -116,7 +136,10 @@ class Scaled:
 
 
 # name -> schedule class; the class's fields are the schedule's options (``train.schedule.options``)
-SCHEDULES: dict[str, type] = {"noam": Noam, "step": StepDecay, "constant": Constant, "warmup_multistep": WarmupMultiStep}
+SCHEDULES: dict[str, type] = {
+    "noam": Noam, "step": StepDecay, "constant": Constant, "warmup_multistep": WarmupMultiStep,
+    "warmup_linear": WarmupLinear,
+}
 
 
 def lr_scale(scaling: str, model: nn.Module, where: str = "train.lr_scaling") -> float:
@@ -130,13 +153,15 @@ def lr_scale(scaling: str, model: nn.Module, where: str = "train.lr_scaling") ->
     return math.sqrt(groups.pop())
 
 
-def build_schedule(spec: Spec, d_model: int, where: str = "train.schedule") -> Schedule:
+def build_schedule(spec: Spec, d_model: int, where: str = "train.schedule", total_steps: int | None = None) -> Schedule:
     """The schedule ``spec.name`` with ``spec.options`` (validated; errors name ``where``); a ``d_model``
-    option left unset takes the model's width."""
+    option left unset takes the model's width, a ``total_steps`` option left unset the run's ``total_steps``."""
     cls = lookup(SCHEDULES, spec.name, "schedule", f"{where}.name")
     schedule = parse_options(cls, spec.options, f"{where}.options")
-    if any(f.name == "d_model" for f in dataclasses.fields(schedule)) and schedule.d_model is None:
-        schedule = dataclasses.replace(schedule, d_model=d_model)
+    run = {"d_model": d_model, "total_steps": total_steps}
+    for name, value in run.items():
+        if any(f.name == name for f in dataclasses.fields(schedule)) and getattr(schedule, name) is None:
+            schedule = dataclasses.replace(schedule, **{name: value})
     return schedule
 
 

@@ -28,6 +28,7 @@ recovery and configuration rules are those of :mod:`vlattn.training.rundir`.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,8 @@ class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
     hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
-    to ``metrics.jsonl`` as a ``data`` record once the training set is built."""
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built, and ``feature_extractor`` (the
+    extractor record of its feature store, or None), which every checkpoint records."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -184,25 +186,31 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     if start.resume_from is not None and source is not None:
         run.check_vocabularies(source.hashes, vocabularies)
 
+    extractor = getattr(data, "feature_extractor", None)  # optional: the training store's extractor record
+
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state)
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, extractor)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
+    dataset = stage.train_set(cfg, data)
+    epochs, batch_size = value_at(cfg, stage.epochs), value_at(cfg, stage.batch_size)
+    total_steps = max(epochs * (math.ceil(len(dataset) / batch_size) // ctx.world_size), 1)
+    schedule = build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule,
+                              total_steps=total_steps)
     trainer = Trainer(
         model=model,
         optimizer=build_optimizer(model, (float(betas[0]), float(betas[1])), train.weight_decay, train.adam_eps),
-        schedule=Scaled(build_schedule(value_at(cfg, stage.schedule), d_model=cfg.model.d_model, where=stage.schedule),
-                        lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
+        schedule=Scaled(schedule, lr_scale(train.lr_scaling, model) if stage.lr_scaling else 1.0),
         objective=stage.objective(cfg, data, dev),
-        dataset=stage.train_set(cfg, data),
+        dataset=dataset,
         collate=stage.collate,
         validate=stage.validator(cfg, data, dev),
         write_checkpoint=write_checkpoint,
         options=LoopOptions(
             stage=stage.name,
-            epochs=value_at(cfg, stage.epochs),
-            batch_size=value_at(cfg, stage.batch_size),
+            epochs=epochs,
+            batch_size=batch_size,
             seed=train.seed,
             selection_metric=stage.selection_metric,
             grad_clip=train.grad_clip,

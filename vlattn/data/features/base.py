@@ -4,7 +4,9 @@ A store maps an integer image id to the detector regions of that image:
 
 * ``features``: float32 array (N, D), one D-dimensional vector per region;
 * ``boxes``: float32 array (N, 4), x1, y1, x2, y2 in pixels of the original image;
-* ``width``/``height``: the original image size in pixels.
+* ``width``/``height``: the original image size in pixels;
+* optionally, for regions a detector found, ``classes`` (N,) int64 and ``scores`` (N,) float32 (the writers keep
+  them; the readers return regions without them).
 
 Backends (M2's single HDF5 file, bottom-up ``.npz`` per image, the project's memory-mapped format)
 implement :class:`FeatureStore`. A missing id is always an error, never a substitute.
@@ -12,7 +14,7 @@ implement :class:`FeatureStore`. A missing id is always an error, never a substi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Protocol, runtime_checkable
 
 import numpy as np
@@ -20,12 +22,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RegionFeatures:
-    """Regions of one image. ``features`` (N, D) float32, ``boxes`` (N, 4) float32 x1y1x2y2 pixels."""
+    """Regions of one image. ``features`` (N, D) float32, ``boxes`` (N, 4) float32 x1y1x2y2 pixels; a detector's
+    ``classes`` (N,) int64 and ``scores`` (N,) float32 when known."""
 
     features: np.ndarray
     boxes: np.ndarray
     width: int
     height: int
+    classes: np.ndarray | None = field(default=None, compare=False)
+    scores: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def num_regions(self) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
+from vlattn.data.features.record import HDF5_ATTRIBUTE, Record, encode_record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination, refuse_overwrite
 from vlattn.errors import DataError
 from vlattn.io import atomic_path, remove_stale_temporaries
@@ -107,6 +108,15 @@ class M2HDF5Store(IndexedStore):
         width, height = self._size(image_id)
         return make_regions(features, boxes, width, height, path=self.path, image_id=image_id, dim=self._dim)
 
+    def detections(self, image_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The detector classes (N,) int64 and scores (N,) float32 vlattn stored for ``image_id``, or None."""
+        if image_id not in self._id_set:
+            raise DataError("image id not in the feature file", path=self.path, item=image_id)
+        classes, scores = self._read(image_id, "classes"), self._read(image_id, "scores")
+        if classes is None or scores is None:
+            return None
+        return np.asarray(classes, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+
     def cls_prob(self, image_id: int) -> np.ndarray | None:
         """Detector class probabilities (N, C) float32 of ``image_id``, or None when not stored."""
         if image_id not in self._id_set:
@@ -135,23 +145,30 @@ def check_m2_destination(path: str | Path, overwrite: bool) -> Path:
 
 
 def write_m2_hdf5(
-    path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False
+    path: str | Path, items: Iterable[tuple[int, RegionFeatures]], *, overwrite: bool = False,
+    extractor: Record | None = None,
 ) -> int:
     """Write ``(image_id, regions)`` pairs as one M2 HDF5 file, atomically; returns the number of images.
 
     Items are streamed (one image in memory at a time). Image size goes to ``width``/``height``
-    attributes of ``<id>_features``; the root attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the
-    only kind of existing file ``overwrite`` replaces.
+    attributes of ``<id>_features``; detector classes and scores, when the regions have them, to ``<id>_classes``
+    and ``<id>_scores``; ``extractor`` to the root attribute ``vlattn_extractor`` (:mod:`.record`). The root
+    attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the only kind of existing file ``overwrite`` replaces.
     """
     path = check_m2_destination(path, overwrite)
     remove_stale_temporaries(path)
     count = 0
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
         handle.attrs[MARKER_ATTRIBUTE] = KIND
+        if extractor is not None:
+            handle.attrs[HDF5_ATTRIBUTE] = encode_record(extractor)
         for image_id, regions in items:
             dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
             dataset.attrs["width"] = regions.width
             dataset.attrs["height"] = regions.height
             handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
+            if regions.classes is not None and regions.scores is not None:
+                handle.create_dataset(f"{image_id}_classes", data=np.asarray(regions.classes, np.int64))
+                handle.create_dataset(f"{image_id}_scores", data=np.asarray(regions.scores, np.float32))
             count += 1
     return count

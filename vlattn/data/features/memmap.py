@@ -8,6 +8,8 @@ Files (R regions in total over M images, feature dimension D)::
     ids.npy        int64 (M,): image ids in storage order
     offsets.npy    int64 (M + 1,): image i owns rows offsets[i]:offsets[i + 1]
     sizes.npy      int64 (M, 2): image width, height
+    classes.npy    int64 (R,): each region's detector class (only when the regions came with classes and scores)
+    scores.npy     float32 (R,): each region's detector score (idem)
     .vlattn.json   marker: a store written by vlattn (what ``--overwrite`` may replace)
 
 The big arrays are mapped lazily in each process, so a store object pickles cheaply to DataLoader
@@ -25,6 +27,7 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
+from vlattn.data.features.record import MEMMAP_KEY, Record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
 from vlattn.errors import DataError
 
@@ -54,6 +57,7 @@ class MemmapStore(IndexedStore):
         self._rows = {int(image_id): row for row, image_id in enumerate(self._stored_ids)}
         self._index_ids(self._rows)
         self._arrays: ProcessLocal[tuple[np.ndarray, np.ndarray]] = ProcessLocal(self._map)
+        self._detections: tuple[np.ndarray, np.ndarray] | None = None
 
     def _check_index(self, num_images: int) -> None:
         """Index arrays and raw file sizes agree with ``meta.json``."""
@@ -105,6 +109,21 @@ class MemmapStore(IndexedStore):
         )
 
 
+    def detections(self, image_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The detector classes (N,) int64 and scores (N,) float32 of ``image_id``'s regions, or None when the
+        store has none."""
+        if self._detections is None:
+            root = Path(self.path)
+            if not (root / "classes.npy").is_file():
+                return None
+            self._detections = (np.load(root / "classes.npy", mmap_mode="r"), np.load(root / "scores.npy", mmap_mode="r"))
+        row = self._rows.get(image_id)
+        if row is None:
+            raise DataError("image id not in the memmap store", path=self.path, item=image_id)
+        start, stop = int(self._offsets[row]), int(self._offsets[row + 1])
+        return np.array(self._detections[0][start:stop]), np.array(self._detections[1][start:stop])
+
+
 def _read_meta(root: Path) -> dict[str, object]:
     """``meta.json`` of a memmap store, checked for format and version."""
     file = root / META
@@ -132,6 +151,7 @@ class _MemmapWriter:
         self.offsets: list[int] = [0]
         self.sizes: list[tuple[int, int]] = []
         self.seen: set[int] = set()
+        self.detections: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # classes, scores per image
 
     def add(self, image_id: int, regions: RegionFeatures) -> None:
         """Append one image; checks id uniqueness, dimension and the float16 range."""
@@ -149,6 +169,7 @@ class _MemmapWriter:
         if not np.isfinite(half).all():
             overflow = "features are NaN/inf or exceed the float16 range (|x| > 65504)"
             raise DataError(overflow, path=self.dest, item=image_id)
+        self._add_detections(image_id, regions)
         self.features.write(half.tobytes())
         self.boxes.write(regions.boxes.astype(_BOXES[1]).tobytes())
         self.seen.add(image_id)
@@ -156,10 +177,25 @@ class _MemmapWriter:
         self.offsets.append(self.offsets[-1] + regions.num_regions)
         self.sizes.append((regions.width, regions.height))
 
-    def finish(self) -> None:
-        """Write the index arrays, then ``meta.json``."""
+    def _add_detections(self, image_id: int, regions: RegionFeatures) -> None:
+        """Keep the regions' classes and scores; every image of a store has them or none does."""
+        has = regions.classes is not None and regions.scores is not None
+        if not self.ids:
+            self.detections = ([], []) if has else None
+        if has != (self.detections is not None):
+            raise DataError("regions with and without detector classes/scores in one store", path=self.dest,
+                            item=image_id)
+        if self.detections is not None:
+            self.detections[0].append(np.asarray(regions.classes, dtype=np.int64))
+            self.detections[1].append(np.asarray(regions.scores, dtype=np.float32))
+
+    def finish(self, extractor: Record | None = None) -> None:
+        """Write the index arrays (and the detections), then ``meta.json`` (with the extractor record, if any)."""
         if self.dim is None:
             raise DataError("no images to write; pass dim for an empty store", path=self.dest)
+        if self.detections is not None:
+            np.save(self.root / "classes.npy", np.concatenate(self.detections[0]))
+            np.save(self.root / "scores.npy", np.concatenate(self.detections[1]))
         np.save(self.root / "ids.npy", np.asarray(self.ids, dtype=np.int64))
         np.save(self.root / "offsets.npy", np.asarray(self.offsets, dtype=np.int64))
         np.save(self.root / "sizes.npy", np.asarray(self.sizes, dtype=np.int64).reshape(-1, 2))
@@ -170,6 +206,8 @@ class _MemmapWriter:
             "num_images": len(self.ids),
             "num_regions": self.offsets[-1],
         }
+        if extractor is not None:
+            meta[MEMMAP_KEY] = dict(extractor)
         (self.root / META).write_text(json.dumps(meta, indent=2))
 
 
@@ -179,15 +217,17 @@ def write_memmap(
     *,
     dim: int | None = None,
     overwrite: bool = False,
+    extractor: Record | None = None,
 ) -> int:
     """Stream ``(image_id, regions)`` pairs into a memmap store at ``path``; returns the number of images.
 
-    ``dim`` is required only when ``items`` is empty. The directory appears only when complete.
+    ``dim`` is required only when ``items`` is empty; ``extractor`` is recorded in ``meta.json``
+    (:mod:`.record`). The directory appears only when complete.
     """
     with atomic_dir(path, overwrite, kind="memmap") as tmp:
         with open(tmp / _FEATURES[0], "wb") as features, open(tmp / _BOXES[0], "wb") as boxes:
             writer = _MemmapWriter(tmp, Path(path), dim, features, boxes)
             for image_id, regions in items:
                 writer.add(image_id, regions)
-        writer.finish()
+        writer.finish(extractor)
     return len(writer.ids)

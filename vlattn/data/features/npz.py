@@ -26,11 +26,12 @@ import numpy as np
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
+from vlattn.data.features.record import NPZ_FILE, Record, encode_record
 from vlattn.data.features.storage import IndexedStore, atomic_dir, index_files
 from vlattn.errors import DataError
 
 _NAME = re.compile(r"^(?:.*_)?(\d+)(?:\.(?:jpg|jpeg|png))?\.npz$")
-_KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w", "num_bbox")
+_KEYS = ("feat", "x", "boxes", "bbox", "image_h", "image_w", "num_bbox", "classes", "scores")
 ORIENTATIONS = ("kd", "dk")
 
 
@@ -68,6 +69,13 @@ class NpzDirStore(IndexedStore):
                 return {key: data[key] for key in _KEYS if key in data.files}
         except READ_ERRORS as err:
             raise DataError(f"cannot read npz file: {err}", path=file, item=image_id) from None
+
+    def detections(self, image_id: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The detector classes (K,) int64 and scores (K,) float32 vlattn stored for ``image_id``, or None."""
+        arrays = self._load(image_id)
+        if "classes" not in arrays or "scores" not in arrays:
+            return None
+        return arrays["classes"].astype(np.int64), arrays["scores"].astype(np.float32)
 
     def get(self, image_id: int) -> RegionFeatures:
         """Regions of ``image_id``: features (K, D) float32, boxes (K, 4), image size."""
@@ -118,11 +126,14 @@ def write_npz_dir(
     *,
     layout: str = "feat",
     overwrite: bool = False,
+    extractor: Record | None = None,
 ) -> int:
     """Write ``(image_id, regions)`` pairs as ``<id>.npz`` files, atomically; returns the number of images.
 
     ``layout="feat"``: self-critical keys ``feat`` (K, D), ``boxes``, ``image_h``, ``image_w``;
-    ``layout="x"``: MCAN keys ``x`` stored (D, K), ``bbox``, ``image_h``, ``image_w``, ``num_bbox``.
+    ``layout="x"``: MCAN keys ``x`` stored (D, K), ``bbox``, ``image_h``, ``image_w``, ``num_bbox``. Regions with
+    detector classes and scores add ``classes`` (K,) and ``scores`` (K,); ``extractor`` is written to
+    ``extractor.json`` (:mod:`.record`).
     """
     if layout not in ("feat", "x"):
         raise DataError(f"npz layout must be 'feat' or 'x', got {layout!r}", path=path)
@@ -135,6 +146,10 @@ def write_npz_dir(
             else:
                 num_bbox = np.int64(regions.num_regions)
                 arrays = {"x": regions.features.T, "bbox": regions.boxes, "num_bbox": num_bbox, **size}
+            if regions.classes is not None and regions.scores is not None:
+                arrays.update(classes=np.asarray(regions.classes, np.int64), scores=np.asarray(regions.scores, np.float32))
             np.savez(tmp / f"{image_id}.npz", **arrays)
             count += 1
+        if extractor is not None:
+            (tmp / NPZ_FILE).write_text(encode_record(extractor))
     return count

@@ -10,12 +10,18 @@ object's apparent size is kept (size is learnable); it is resized to ``PATCH`` p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import nn
+
+from vlattn.errors import DataError
 
 from .lexicon import COLOURS, SHAPES, SIZES
 
@@ -115,9 +121,10 @@ def train_extractor(
 
 @torch.no_grad()
 def extract(model: RegionCNN, pixels: np.ndarray, batch_size: int = 512) -> np.ndarray:
-    """Features (M, D) float32 of crops ``pixels`` (M, 3, W, W) uint8."""
+    """Features (M, D) float32 of crops ``pixels`` (M, 3, W, W) uint8, computed on the model's device."""
     model.eval()
-    chunks = [model(_prepare(pixels[i : i + batch_size])) for i in range(0, len(pixels), batch_size)]
+    device = next(model.parameters()).device
+    chunks = [model(_prepare(pixels[i : i + batch_size]).to(device)).cpu() for i in range(0, len(pixels), batch_size)]
     return torch.cat(chunks).numpy() if chunks else np.zeros((0, model.heads["shape"].in_features), np.float32)
 
 
@@ -131,3 +138,31 @@ def head_accuracy(model: RegionCNN, features: np.ndarray, labels: dict[str, np.n
         predicted = model.heads[name](x[torch.from_numpy(valid)]).argmax(-1).numpy()
         result[name] = float((predicted == labels[name][valid]).mean()) if valid.any() else None
     return result
+
+
+WEIGHTS_FILE = "extractor.safetensors"  # the trained RegionCNN in a generated data set
+_SIZES = "vlattn.synth_extractor"  # its metadata: JSON {feature_dim, image_size}
+
+
+def save_extractor(model: RegionCNN, path: Path, image_size: int) -> None:
+    """Write ``model``'s weights to ``path`` (safetensors) with the feature dimension and the image size it reads
+    in the file's metadata."""
+    # one metadata key: safetensors writes a metadata map in no fixed order, and the data set must be byte-identical
+    # for a given seed
+    sizes = json.dumps({"feature_dim": model.heads["shape"].in_features, "image_size": image_size}, sort_keys=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata={_SIZES: sizes})
+
+
+def load_extractor(path: Path) -> tuple[RegionCNN, int]:
+    """The :class:`RegionCNN` saved at ``path`` (in eval mode) and the image size it reads."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            sizes = json.loads((handle.metadata() or {})[_SIZES])
+            state = {name: handle.get_tensor(name) for name in handle.keys()}
+        model = RegionCNN(int(sizes["feature_dim"]))
+        model.load_state_dict(state)
+        return model.eval(), int(sizes["image_size"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise DataError(f"not a synthetic-set extractor ({WEIGHTS_FILE}): {err}", path=path) from None
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise DataError(f"cannot read the extractor weights: {' '.join(str(err).split())}", path=path) from None

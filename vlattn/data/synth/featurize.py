@@ -65,11 +65,14 @@ def _embed(
 
 @dataclass(frozen=True)
 class Featurized:
-    """Per-sample detection features, optional grid features, and a report of the extractor."""
+    """Per-sample detection features, optional grid features (``grid`` x ``grid`` cells), a report of the
+    extractor and the extractor itself."""
 
     regions: list[RegionFeatures]
     grid: list[RegionFeatures] | None
     report: dict
+    model: RegionCNN
+    cells: int
 
 
 def featurize(samples: Sequence[Sample], *, feature_dim: int, grid: int, epochs: int | None, seed: int) -> Featurized:
@@ -97,4 +100,4 @@ def featurize(samples: Sequence[Sample], *, feature_dim: int, grid: int, epochs:
                 for name, rows in (("clear", ~ambiguous), ("ambiguous", ambiguous))}
     cells = grid_boxes(samples[0].scene.image_size, grid) if grid else None
     grid_features = _embed(model, samples, lambda s: cells) if cells is not None else None
-    return Featurized(regions, grid_features, report)
+    return Featurized(regions, grid_features, report, model, grid)

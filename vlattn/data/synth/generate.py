@@ -12,7 +12,17 @@ from vlattn.errors import ConfigError
 from .confound import Confound, attribute_sampler
 from .featurize import featurize
 from .lexicon import COLOURS, SHAPES, SIZES
-from .outputs import write_captions, write_confound, write_features, write_images, write_scenes, write_vqa
+from .outputs import (
+    write_captions,
+    write_confound,
+    write_features,
+    write_gqa,
+    write_images,
+    write_nlvr2,
+    write_scenes,
+    write_vqa,
+    write_wordpiece_vocab,
+)
 from .sample import make_sample
 
 DEFAULT_IMAGES = 2000
@@ -59,7 +69,11 @@ def generate(
         scenes.json                       options, extractor report, objects and regions per image
         features/                         memmap store: one D-dim vector per detection box
         grid_features/                    memmap store of the grid x grid cells (only if grid > 0)
+        extractor.safetensors             the region CNN (``vlattn features extract --extractor synth``)
         vqa/questions_<split>.json, vqa/annotations_<split>.json   VQA v2 layout
+        gqa/<split>_balanced_questions.json   the same questions in GQA's layout (data/synth/pairs.py)
+        nlvr2/<split>.json                statements about image pairs, LXMERT's NLVR2 layout
+        vocab.txt                         a BERT WordPiece vocabulary of every synthetic text
         images/synth_<id>.png             the rendered images (image_size x image_size RGB)
         confound.json                     options and realised co-occurrence (only if confounded)
         .vlattn.json                      marker: a synthetic data set written by vlattn, and its entries
@@ -106,6 +120,8 @@ def generate(
         write_captions(root, samples)
         write_scenes(root, samples, info)
         write_vqa(root, samples)
+        write_gqa(root, samples)
+        write_wordpiece_vocab(root, samples, write_nlvr2(root, samples, seed))
         if confound is not None:
             write_confound(root, samples, confound)
         stage("files written")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from PIL import Image
 
 from vlattn.data import vqa
@@ -12,11 +13,14 @@ from vlattn.data.features import write_memmap
 from vlattn.data.jsonfiles import write_json
 from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
 from vlattn.text import tokenize
+from vlattn.io import atomic_write_text, state_sha256
 
 from .confound import Confound, cooccurrence
 from .cooccur import cooccurrence_statistics
 from .evidence import evidence_statistics
+from .extractor import WEIGHTS_FILE, save_extractor
 from .featurize import Featurized
+from .pairs import gqa_record, nlvr2_records, wordpiece_entries
 from .sample import Sample
 
 IMAGE_DIR = "images"
@@ -95,11 +99,24 @@ def write_vqa(root: Path, samples: Sequence[Sample]) -> None:
 
 
 def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized) -> None:
-    """Memmap stores ``features/`` (detection regions) and, with a grid, ``grid_features/``."""
+    """The extractor's weights (``extractor.safetensors``), the memmap stores ``features/`` (detection regions)
+    and, with a grid, ``grid_features/``, each recording the extractor (:mod:`vlattn.data.features.record`;
+    the weights' path relative to the store).
+
+    The grid store's record is the ``synth`` pixel extractor's (:mod:`vlattn.pixels`), which reproduces it from the
+    rendered images; the detection store's names ``synth-detections``: its boxes come from the scene's simulated
+    detector, which no extractor can run on pixels."""
+    size = samples[0].scene.image_size
+    save_extractor(featurized.model, root / WEIGHTS_FILE, size)
+    weights = {"source": "file", "path": f"../{WEIGHTS_FILE}", "sha256": state_sha256(featurized.model.state_dict())}
+    dim = featurized.report["feature_dim"]
     ids = [s.scene.image_id for s in samples]
-    write_memmap(root / "features", zip(ids, featurized.regions))
+    detections = {"name": "synth-detections", "dim": dim, "weights": weights, "settings": {"image_size": size}}
+    write_memmap(root / "features", zip(ids, featurized.regions), extractor=detections)
     if featurized.grid is not None:
-        write_memmap(root / "grid_features", zip(ids, featurized.grid))
+        grid = {"name": "synth", "dim": dim, "weights": weights,
+                "settings": {"grid": featurized.cells, "image_size": size}}
+        write_memmap(root / "grid_features", zip(ids, featurized.grid), extractor=grid)
 
 
 def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) -> None:
@@ -114,3 +131,30 @@ def write_confound(root: Path, samples: Sequence[Sample], confound: Confound) ->
         "cooccurrence": cooccurrence_statistics(shapes, confound.cooccur),
         "evidence": evidence_statistics(seen, [b for _, b in confound.cooccur]),
     })
+
+
+def write_gqa(root: Path, samples: Sequence[Sample]) -> None:
+    """``gqa/<split>_balanced_questions.json`` in GQA's layout (:mod:`.pairs`); question ids as the VQA files'."""
+    for split in SPLITS:
+        records = {
+            str(question_id(s.scene.image_id, k)): gqa_record(s.scene.image_id, question)
+            for s in samples if s.scene.split == split for k, question in enumerate(s.questions)
+        }
+        write_json(root / "gqa" / f"{split}_balanced_questions.json", records)
+
+
+def write_nlvr2(root: Path, samples: Sequence[Sample], seed: int) -> list[str]:
+    """``nlvr2/<split>.json`` in LXMERT's NLVR2 layout (:mod:`.pairs`); returns the statements."""
+    rng = np.random.default_rng([seed, 2])
+    sentences = []
+    for split in SPLITS:
+        records = nlvr2_records(split, [s.scene for s in samples if s.scene.split == split], rng)
+        write_json(root / "nlvr2" / f"{split}.json", records)
+        sentences += [r["sent"] for r in records]
+    return sentences
+
+
+def write_wordpiece_vocab(root: Path, samples: Sequence[Sample], statements: Sequence[str]) -> None:
+    """``vocab.txt``: a BERT WordPiece vocabulary of every synthetic question, statement and caption."""
+    texts = [q.question for s in samples for q in s.questions] + [c for s in samples for c in s.captions]
+    atomic_write_text(root / "vocab.txt", "\n".join(wordpiece_entries([*texts, *statements])) + "\n")

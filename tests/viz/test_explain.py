@@ -1,0 +1,95 @@
+"""``vlattn explain`` for every captioning and VQA model kind on a small synthetic set: a page that opens from disk,
+every referenced image a PNG beside it, and each mechanism's own panel; refusals in one line."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from vlattn.validation import load_valid_config
+from vlattn.data.synth.generate import generate
+from vlattn.errors import ConfigError, DataError
+from vlattn.tasks import task_of
+from vlattn.training.checkpoint import save_checkpoint
+from vlattn.viz.explain import explain
+from vlattn.viz.figures import is_png
+
+TINY = ["model.d_model=16", "model.num_heads=2", "model.d_ff=32", "model.encoder_layers=2", "model.decoder_layers=2"]
+# preset -> extra overrides and the panels (headings) its mechanism adds
+KINDS = {
+    "demo": ([], []),
+    "m2-demo": (["model.encoder_self_attention.options.slots=4"], ["M2: meshed gates per word",
+                                                                   "M2: share of encoder attention on memory slots"]),
+    "catt-demo": (["model.options.image_dictionary.size=5", "model.options.word_dictionary.size=5"],
+                  ["CATT: in-sample share of the fused output per word"]),
+    "updown-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8"], []),
+    "updown-sla-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8"],
+                        ["Stacked attention: every unit's map"]),
+    "ng-san-demo": ([], ["NG-SAN: geometry bias from region"]),
+    "lw-demo": ([], []),
+    "updown-catt-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8",
+                          "model.decoder_cross_attention.options.dictionary.size=5"], []),
+    "vqa-sla-demo": (["model.options.word_dim=8", "model.options.lstm_dim=8", "model.options.fusion_dim=8"], []),
+    "vqa-demo": (["model.options.word_dim=8"], ["Attention reduction over the regions",
+                                                "Question-guided attention (last image layer)"]),
+    "vqa-catt-demo": (["model.options.word_dim=8", "model.options.image_dictionary.size=5",
+                       "model.options.word_dictionary.size=5"], ["Attention reduction over the regions"]),
+}
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("synth") / "data"
+    generate(root, images=24, val_size=4, test_size=4, feature_dim=32, extractor_epochs=1, grid=6)
+    return root
+
+
+def checkpoint(synth: Path, tmp_path: Path, preset: str, extra: list[str]) -> Path:
+    """A randomly initialised model of ``preset`` (shrunk) saved as a checkpoint over the synthetic set."""
+    name = "ng-san" if preset == "ng-san-demo" else preset
+    overrides = [f"data.root={synth}", "model.feature_dim=32", "data.vocab_min_count=1"]
+    if name == "ng-san":  # the full-size NG-SAN preset with the demo data's sizes
+        overrides += ["data.karpathy=dataset.json", "data.features=features"]
+    kind_tiny = [] if "updown" in preset else TINY
+    cfg = load_valid_config(name, [*overrides, *kind_tiny, *extra])
+    stage = next(iter(task_of(cfg.task).stages.values()))
+    data = stage.load_data(cfg, None)
+    model = stage.build_model(cfg, data)
+    return save_checkpoint(tmp_path / "checkpoint", model, cfg, data.vocabularies)
+
+
+def page_images(page: Path) -> list[str]:
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # no network, no CDN
+    return re.findall(r"<img src='([^']+)'", text)
+
+
+@pytest.mark.parametrize("preset", sorted(KINDS))
+def test_every_kind_explains_itself(preset: str, synth: Path, tmp_path: Path) -> None:
+    extra, panels = KINDS[preset]
+    path = checkpoint(synth, tmp_path, preset, extra)
+    question = "what color is the circle?" if preset.startswith("vqa") else None
+    page = explain(path, 21, tmp_path / "explain", question=question)
+    images = page_images(page)
+    assert "regions.png" in images
+    for name in images:
+        assert is_png((page.parent / name).read_bytes()), name
+    text = html.unescape(page.read_text())
+    for heading in panels:
+        assert heading in text, heading
+    if question is None:
+        assert "Attention over regions per word" in text or "every unit" in text
+
+
+def test_refusals(synth: Path, tmp_path: Path) -> None:
+    path = checkpoint(synth, tmp_path, "demo", [])
+    with pytest.raises(DataError, match="image id 99999 is not in the feature store"):
+        explain(path, 99999, tmp_path / "a")
+    with pytest.raises(ConfigError, match="a captioning checkpoint answers no questions"):
+        explain(path, 21, tmp_path / "b", question="why?")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(DataError, match="explain writes a new directory"):
+        explain(path, 21, tmp_path / "taken")
