@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention
+from vlattn.attention import ATTENTION, AttentionContext, AttentionOutput, Site, build_attention, reorder_state
 from vlattn.config import ModelConfig, Spec
 from vlattn.layers import FEED_FORWARD, BoxGeometry, build_feed_forward
 from vlattn.models import MODELS, build_captioner, build_vqa_model
@@ -375,3 +375,26 @@ def tiny_vqa_inputs(batch: int = 3, regions: int = 6, words: int = 5, seed: int 
         mask[row, words - row:] = False
     questions = torch.randint(3, VOCAB, (batch, words), generator=generator).masked_fill(~mask, PAD)
     return {**inputs, "questions": questions, "question_mask": mask}
+
+
+class MarkovModel(nn.Module):
+    """A crafted generator: p(next | last token) from a fixed table (``rows``: last token -> {next token: p};
+    every other next token gets a tiny mass), the same for every image. A module, so that the task's decoding
+    (``model.eval()``) takes it as it takes a captioner."""
+
+    def __init__(self, rows: dict[int, dict[int, float]], vocab: int = 5) -> None:
+        super().__init__()
+        table = torch.full((vocab, vocab), 1e-6)
+        for last, probs in rows.items():
+            for word, p in probs.items():
+                table[last, word] = p
+        self.log_table = (table / table.sum(-1, keepdim=True)).log()
+
+    def encode(self, inputs):
+        return {"image": torch.arange(inputs["features"].shape[0])}
+
+    def step(self, tokens, state):
+        return self.log_table[tokens[:, -1]], state
+
+    def reorder(self, state, index):
+        return reorder_state(state, index)

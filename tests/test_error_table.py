@@ -306,6 +306,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "unknown split": lambda ws: evaluate(ws, "--split", "dev"),
     "beam size below 1": lambda ws: evaluate(ws, "--beam-size", "0"),
     "beam size above the vocabulary": lambda ws: evaluate(ws, "--beam-size", "100000"),
+    "beam size not a number": lambda ws: evaluate(ws, "--beam-size", "wide"),
+    "beam size auto without val images": lambda ws: evaluate(ws, "--beam-size", "auto", "--data", str(ws.karpathy(
+        "noval", [sentence(130, "test", "a red circle"), sentence(100, "train", "a red circle")]))),
     "device without CUDA": lambda ws: evaluate(ws, "--device", "cuda"),
     "not a device": lambda ws: evaluate(ws, "--device", "gpu"),
     "image ids not in the store": lambda ws: ["caption", "--checkpoint", str(ws.run), "--features",

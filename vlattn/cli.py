@@ -15,7 +15,7 @@ import typer
 
 from vlattn.commands.catt import app as catt_app
 from vlattn.data.cli import StoreFormat, app as data_app
-from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
 from vlattn.scoring.cli import score
 
 app = typer.Typer(help="Attention-based vision-language models: captioning and VQA over region features.",
@@ -44,6 +44,21 @@ CONFIG_HELP = "Preset name (`vlattn config list`) or YAML/JSON config file."
 CONFIG = typer.Option(..., "--config", "-c", help=CONFIG_HELP)
 SET = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
+BEAM_SIZE = typer.Option(
+    None, help="Beam size (1 = greedy), or auto: the size among eval.beam_candidates with the best validation "
+               "CIDEr-D (recorded after training, else chosen now). Default: eval.beam_size of the config.")
+
+
+def beam_size_option(value: str | None) -> int | str | None:
+    """``--beam-size``: None, ``auto`` or a whole number (checked against the vocabulary by the task)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--beam-size: expected a whole number or auto, got {value!r}") from None
+
+
 PACKED_OUTPUT = typer.Option(
     None, "--packed-output/--plain-output",
     help="CPU decoding: the vocabulary projection with oneDNN from a weight packed once (default: eval.packed_output "
@@ -130,7 +145,7 @@ def evaluate(
     checkpoint: Path = typer.Option(..., help="Checkpoint directory or run directory (uses its best checkpoint)."),
     split: Optional[str] = typer.Option(None, help="Split to score (default: the task's; captioning: test)."),
     data: Optional[Path] = typer.Option(None, help="Data root (default: the one in the checkpoint's config)."),
-    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    beam_size: Optional[str] = BEAM_SIZE,
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object on stdout."),
     device: str = DEVICE,
     packed_output: Optional[bool] = PACKED_OUTPUT,
@@ -139,7 +154,8 @@ def evaluate(
     CIDEr-D, SPICE if possible)."""
     from vlattn.tasks import EvalRequest, evaluate as run_eval, format_report
 
-    request = EvalRequest(split=split, data_root=data, beam_size=beam_size, device=device, packed_output=packed_output)
+    request = EvalRequest(split=split, data_root=data, beam_size=beam_size_option(beam_size), device=device,
+                          packed_output=packed_output)
     report = run_eval(checkpoint, request)
     typer.echo(json.dumps(report) if as_json else format_report(report))
 
@@ -158,7 +174,7 @@ def caption(
     images: Optional[List[Path]] = typer.Option(None, "--images", help="Image files to caption instead (repeatable): "
                                                 "features made on the fly with the run's extractor."),
     ids: Optional[List[int]] = typer.Option(None, "--ids", help="Image ids (repeatable; default: all)."),
-    beam_size: Optional[int] = typer.Option(None, help="Beam size (default: eval.beam_size of the config)."),
+    beam_size: Optional[str] = BEAM_SIZE,
     extractor: Optional[str] = EXTRACTOR,
     weights: Optional[str] = EXTRACTOR_WEIGHTS,
     device: str = DEVICE,
@@ -167,9 +183,9 @@ def caption(
     """Caption images from a feature store or image files; prints COCO results JSON ([{image_id, caption}])."""
     from vlattn.tasks.captioning import caption as run_caption
 
-    typer.echo(json.dumps(run_caption(checkpoint, features, ids or None, beam_size=beam_size, device=device,
-                                       packed_output=packed_output, images=images or None, extractor=extractor,
-                                       weights=weights)))
+    rows = run_caption(checkpoint, features, ids or None, beam_size=beam_size_option(beam_size), device=device,
+                       packed_output=packed_output, images=images or None, extractor=extractor, weights=weights)
+    typer.echo(json.dumps(rows))
 
 
 @features_app.command("extract")

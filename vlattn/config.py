@@ -42,7 +42,7 @@ _BOUND_TESTS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">
 
 def _check_bounds(value: Any, bounds: dict[str, float], where: str) -> None:
     for item in value if isinstance(value, list) else [value]:
-        if item is None:  # an optional value left unset
+        if item is None or isinstance(item, str):  # an optional value left unset, or a named choice ("auto")
             continue
         for name, bound in bounds.items():
             test, symbol = _BOUND_TESTS[name]
@@ -236,7 +236,10 @@ class EvalConfig(Section):
 
     KEY: typing.ClassVar[str] = "eval"
 
-    beam_size: int = bounded(5, ge=1)
+    # "auto": after training, the size among beam_candidates (1 = greedy) with the best validation CIDEr-D, recorded
+    # with the best checkpoint (vlattn/tasks/beam_choice.py); vlattn eval / caption decode with it
+    beam_size: int | Literal["auto"] = bounded(5, ge=1)
+    beam_candidates: list[int] = bounded(factory=lambda: [1, 3, 5], ge=1)
     max_len: int = bounded(20, ge=1)
     length_penalty: float = bounded(0.0, ge=0.0)
     collapse_repeats: bool = False
@@ -253,6 +256,10 @@ class EvalConfig(Section):
     # CPU option of captioning: decoding (vlattn eval / caption, validation) computes the vocabulary projection with
     # oneDNN from a weight packed once (vlattn/layers/packed.py; float32, no gradients; equal up to float rounding)
     packed_output: bool = False
+
+    def check(self, where: str) -> None:
+        if not self.beam_candidates:
+            raise ConfigError(f"config key {where}.beam_candidates: needs at least one beam size (1 = greedy)")
 
 
 @dataclass
@@ -341,7 +348,15 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if value is None and type(None) in typing.get_args(hint):
             return None
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _coerce(options[0], value, where)
+        if len(options) == 1:
+            return _coerce(options[0], value, where)
+        for option in options:  # e.g. int | Literal["auto"]: the first type the value fits
+            try:
+                return _coerce(option, value, where)
+            except ConfigError:
+                pass
+        expected = " or ".join(_type_name(option) for option in options)
+        raise ConfigError(f"config key {where}: expected {expected}, got {value!r}")
     if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if origin is float and isinstance(value, str):
@@ -361,6 +376,13 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if hint is Any:
         return value
     raise ConfigError(f"config key {where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def _type_name(hint: Any) -> str:
+    """``int``, ``one of: auto``, ...: a type hint as an error message names it."""
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of: " + ", ".join(map(str, typing.get_args(hint)))
+    return getattr(hint, "__name__", str(hint))
 
 
 def parse_options(cls: type, options: dict[str, Any] | Any, where: str) -> Any:

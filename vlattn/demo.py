@@ -1,12 +1,14 @@
-"""``make demo``: synthetic data -> XE training -> SCST fine-tuning -> beam-search evaluation of both,
-beside the best single constant caption.
+"""``make demo``: synthetic data -> XE training -> SCST fine-tuning -> test evaluation of both (at the beam size
+the preset gives, ``auto``: chosen on validation), beside the best single constant caption.
 
 Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config demo] [--no-scst]``.
 The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
 Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
 little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
-137 s instead of 129 s). The figures are deterministic for a seed and a thread count; benchmarks/RESULTS.md "Demo
-time" has the stages' times.
+137 s instead of 129 s). The figures are deterministic for a seed, a thread count and a CPU kernel path
+(``ATEN_CPU_CAPABILITY``); benchmarks/bench_variance.py measures how they spread over seeds and kernels, and
+benchmarks/RESULTS.md "Demo time" has the stages' times. ``--set KEY=VALUE`` overrides the preset (e.g.
+``--set train.seed=7``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="demo", help="Preset name or YAML config file.")
     parser.add_argument("--no-scst", dest="scst", action="store_false", help="Skip the SCST phase.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default: all cores).")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="Override a config key (repeatable), e.g. --set train.seed=7.")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] generating the synthetic data set in {args.data}", flush=True)
             with clock.stage("synthetic data"):
                 generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
-        cfg = load_valid_config(args.config, [f"data.root={args.data}"])
+        cfg = load_valid_config(args.config, [f"data.root={args.data}", *args.overrides])
         runs = [("XE", args.out, "xe", None)]
         if args.scst:
             runs.append(("SCST", args.out.with_name(args.out.name + "-scst"), "scst", args.out))
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  best constant caption {caption!r}: CIDEr-D {floor:.4f}")
         for label, report in reports.items():
             ratio = report["scores"]["CIDEr"] / floor if floor > 0 else float("inf")
-            print(f"  {label}: test CIDEr-D {report['scores']['CIDEr']:.4f} = {ratio:.1f}x the constant caption")
+            print(f"  {label}: test CIDEr-D {report['scores']['CIDEr']:.4f} at beam {report['beam_size']} = "
+                  f"{ratio:.1f}x the constant caption")
         final = reports[runs[-1][0]]["scores"]["CIDEr"]
         ratio = final / floor if floor > 0 else float("inf")
         print(f"[demo] time: {clock.summary()}")

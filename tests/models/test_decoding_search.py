@@ -7,32 +7,12 @@ import math
 
 import pytest
 import torch
+from registry_cases import MarkovModel
 from tests.models.conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, tiny_inputs
 
-from vlattn.attention import reorder_state
 from vlattn.decoding import beam_search, greedy_decode, sample
 
 A, B = 3, 4
-
-
-class MarkovModel:
-    """A crafted generator: p(next | last token) from a fixed table, the same for every image."""
-
-    def __init__(self, rows: dict[int, dict[int, float]], vocab: int = 5) -> None:
-        table = torch.full((vocab, vocab), 1e-6)
-        for last, probs in rows.items():
-            for word, p in probs.items():
-                table[last, word] = p
-        self.log_table = (table / table.sum(-1, keepdim=True)).log()
-
-    def encode(self, inputs):
-        return {"image": torch.arange(inputs["features"].shape[0])}
-
-    def step(self, tokens, state):
-        return self.log_table[tokens[:, -1]], state
-
-    def reorder(self, state, index):
-        return reorder_state(state, index)
 
 
 args = model_inputs

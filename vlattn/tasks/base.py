@@ -27,12 +27,12 @@ from vlattn.training.stage import Stage
 @dataclass(frozen=True)
 class EvalRequest:
     """What ``vlattn eval`` asks for: the split (None: the task's default), another data root than the
-    checkpoint's, a beam size for tasks that decode sequences (None: the config's), the device, and for captioning
+    checkpoint's, a beam size for tasks that decode sequences (None: the config's; ``auto``: chosen on validation), the device, and for captioning
     whether the vocabulary projection runs packed (``eval.packed_output``; None: the config's)."""
 
     split: str | None = None
     data_root: Path | None = None
-    beam_size: int | None = None
+    beam_size: int | str | None = None  # a number, or "auto" (captioning: chosen on validation)
     device: str = "auto"
     packed_output: bool | None = None  # captioning: eval.packed_output for this run (None: the config's)
 

@@ -17,7 +17,14 @@ from vlattn.data.features.base import FeatureStore
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import ConfigError
-from vlattn.tasks.captioning import check_beam_size, decode_rows, load_decoder
+from vlattn.tasks.captioning import (
+    check_beam_size,
+    decode_rows,
+    load_caption_data,
+    load_decoder,
+    resolve_beam_size,
+    validation_choice,
+)
 from vlattn.tasks.inputs import reads_boxes, region_source
 from vlattn.training.checkpoint import Checkpoint
 
@@ -38,7 +45,8 @@ class Caption:
 class Captioner:
     """A trained captioner. ``vocab`` maps words to ids (``bos_id``, ``eos_id``, ``pad_id`` are its special ids);
     ``beam_size``, ``max_len``, ``length_penalty`` and ``batch_size`` are the decoding defaults of the run's
-    ``eval`` config (attributes: change them to change the defaults); ``reads_boxes`` tells whether the model
+    ``eval`` config (``eval.beam_size: auto``: the size recorded with the checkpoint, else chosen now on the config's
+    val split) (attributes: change them to change the defaults); ``reads_boxes`` tells whether the model
     needs region boxes beside the features."""
 
     def __init__(self, model: nn.Module, config: Config, vocab: Vocabulary, device: torch.device) -> None:
@@ -51,7 +59,11 @@ class Captioner:
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, device: torch.device) -> Captioner:
         vocab = checkpoint.vocabulary("words", Vocabulary.load)
-        return cls(load_decoder(checkpoint, vocab, None, device, None), checkpoint.config, vocab, device)
+        model, cfg = load_decoder(checkpoint, vocab, None, device, None), checkpoint.config
+        captioner = cls(model, cfg, vocab, device)
+        captioner.beam_size, _ = resolve_beam_size(None, checkpoint, vocab, lambda: validation_choice(
+            model, cfg, load_caption_data(cfg.data, vocab), device, source="at evaluation"))
+        return captioner
 
     def caption(
         self,
@@ -72,7 +84,8 @@ class Captioner:
         store (any layout vlattn reads, or an opened one) with the ``ids`` to caption (default: all). The first
         ``data.max_regions`` regions of each image are read, as in training.
         Decoding options default to the attributes of the same names; ``beam_size`` 1 is greedy decoding."""
-        beam = check_beam_size(beam_size if beam_size is not None else self.beam_size, self.config, self.vocab)
+        beam = check_beam_size(beam_size if beam_size is not None else self.beam_size, self.config, self.vocab,
+                               explicit=beam_size is not None)
         length = max_len if max_len is not None else self.max_len
         if length < 1:
             raise ConfigError(f"max_len: must be >= 1, got {length}")

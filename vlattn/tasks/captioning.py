@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vlattn.config import Config, DataConfig
+from vlattn.config import Config, DataConfig, EvalConfig
 from vlattn.data.bias import bias_source
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import open_store
@@ -65,7 +65,8 @@ from vlattn.models.profile import (
 )
 from vlattn.precision import Precision, autocast, compile_layers
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
-from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
+from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice, recorded_choice
+from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
 from vlattn.training.scst import scst_objective
@@ -326,6 +327,7 @@ XE: Stage[CaptionData] = Stage(
     selection_metric="CIDEr",
     length_buckets="train.length_buckets",
     lr_scaling=True,
+    finish=lambda cfg, data, best, device: choose_after_training(cfg, data, best, device),
 )
 
 SCST: Stage[CaptionData] = dataclasses.replace(
@@ -363,21 +365,63 @@ def load_decoder(
 
 
 def _decode(
-    model: nn.Module, dataset: CaptionEvalSet, checkpoint: Checkpoint, vocab: Vocabulary, beam: int,
-    device: torch.device,
+    model: nn.Module, dataset: CaptionEvalSet, cfg: EvalConfig, vocab: Vocabulary, beam: int, device: torch.device,
 ) -> dict[int, str]:
-    """Decode ``dataset`` with the checkpoint's evaluation settings (max length, length penalty, batch size)."""
-    cfg = checkpoint.config.eval
+    """Decode ``dataset`` with the evaluation settings ``cfg`` (max length, length penalty, batch size)."""
     return decode_dataset(
         model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
         batch_size=cfg.batch_size, device=device, precision=cfg.precision,
     )
 
 
-def check_beam_size(beam_size: int | None, cfg: Config, vocab: Vocabulary) -> int:
-    """``beam_size`` (default: ``eval.beam_size`` of ``cfg``), between 1 and the vocabulary size."""
-    beam = beam_size if beam_size is not None else cfg.eval.beam_size
-    name = "--beam-size" if beam_size is not None else "eval.beam_size of the checkpoint's config"
+def validation_choice(model: nn.Module, cfg: Config, data: CaptionData, device: torch.device,
+                      source: str = "after training") -> BeamChoice:
+    """Decode the val split (the first ``train.val_max_images`` images when > 0) at every ``eval.beam_candidates``
+    size and choose the one of the best CIDEr-D (:func:`~vlattn.tasks.beam_choice.choose_beam_size`)."""
+    if not data.entries["val"]:
+        raise ConfigError("eval.beam_size is auto but the data set has no val images to choose it on; "
+                          "give a number (--beam-size or eval.beam_size)")
+    dataset = data.eval_set("val", cfg.train.val_max_images)
+    references = references_of(dataset)
+
+    def cider(beam: int) -> float:
+        predictions = _decode(model, dataset, cfg.eval, data.vocab, beam, device)
+        report = score_predictions(predictions, references, collapse_repeats=cfg.eval.collapse_repeats,
+                                   metrics=("CIDEr",), tokenizer_backend="python")
+        return float(report["scores"]["CIDEr"])
+
+    for beam in cfg.eval.beam_candidates:
+        check_beam_size(beam, cfg, data.vocab)
+    return choose_beam_size(cider, cfg.eval.beam_candidates, metric="CIDEr", split="val", images=len(dataset),
+                            source=source)
+
+
+def choose_after_training(cfg: Config, data: CaptionData, best: Path, device: torch.device) -> None:
+    """With ``eval.beam_size: auto``, choose the beam size of the run's best checkpoint on validation and record it
+    in the checkpoint's directory (kept when already recorded: a new best checkpoint is a new directory)."""
+    if cfg.eval.beam_size != "auto" or not is_complete(best) or recorded_choice(best) is not None:
+        return
+    checkpoint = load_checkpoint(best)
+    model = load_decoder(checkpoint, data.vocab, data.store.dim, device, None)
+    record_choice(best, validation_choice(model, checkpoint.config, data, device))
+
+
+def resolve_beam_size(
+    beam_size: int | str | None, checkpoint: Checkpoint, vocab: Vocabulary,
+    choose: Callable[[], BeamChoice],
+) -> tuple[int, BeamChoice | None]:
+    """The beam size to decode with: ``beam_size`` (default: ``eval.beam_size`` of the checkpoint's config); for
+    ``auto`` the choice recorded with the checkpoint, else ``choose()`` (made now, on validation), returned too."""
+    requested = beam_size if beam_size is not None else checkpoint.config.eval.beam_size
+    if requested != "auto":
+        return check_beam_size(int(requested), checkpoint.config, vocab, explicit=beam_size is not None), None
+    choice = recorded_choice(checkpoint.path) or choose()
+    return check_beam_size(choice.beam_size, checkpoint.config, vocab, explicit=False), choice
+
+
+def check_beam_size(beam: int, cfg: Config, vocab: Vocabulary, *, explicit: bool = False) -> int:
+    """``beam`` (``--beam-size`` when ``explicit``, else from the config), between 1 and the vocabulary size."""
+    name = "--beam-size" if explicit else "eval.beam_size of the checkpoint's config"
     if beam < 1:
         raise ConfigError(f"{name} must be at least 1 (1 = greedy), got {beam}")
     if beam > len(vocab):
@@ -390,7 +434,7 @@ def caption(
     features: str | Path | None,
     ids: list[int] | None,
     *,
-    beam_size: int | None = None,
+    beam_size: int | str | None = None,
     device: str = "auto",
     packed_output: bool | None = None,
     images: Sequence[str | Path] | None = None,
@@ -407,7 +451,8 @@ def caption(
     if cfg.task != CAPTIONING.name:
         raise ConfigError(f"{checkpoint.path}: a {cfg.task} checkpoint; captioning needs a captioning model")
     vocab = checkpoint.vocabulary("words", Vocabulary.load)
-    beam = check_beam_size(beam_size, cfg, vocab)
+    if beam_size is not None and beam_size != "auto":
+        check_beam_size(int(beam_size), cfg, vocab, explicit=True)
     dev = pick_device(device)
     files = [Path(p) for p in images or []]
     if images is not None:
@@ -421,8 +466,10 @@ def caption(
         if missing:
             raise DataError(f"image ids not in the feature store: {missing[:10]}", path=features)
     model = load_decoder(checkpoint, vocab, store.dim, dev, packed_output)
+    beam, _ = resolve_beam_size(beam_size, checkpoint, vocab, lambda: validation_choice(
+        model, cfg, load_caption_data(cfg.data, vocab), dev, source="at evaluation"))
     entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
-    predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), checkpoint, vocab, beam, dev)
+    predictions = _decode(model, CaptionEvalSet(entries, store, cfg.data.max_regions), cfg.eval, vocab, beam, dev)
     if images is not None:
         return [{"image_id": i, "file": str(files[i]), "caption": predictions[i]} for i in wanted]
     return [{"image_id": i, "caption": predictions[i]} for i in wanted]
@@ -443,8 +490,11 @@ class Captioning:
 
     def check(self, cfg: Config) -> None:
         """Build the captioner on the meta device (every model option, site and mechanism is checked) and check
-        ``train.lr_scaling`` against it."""
+        ``train.lr_scaling`` against it; beam validation needs a number for ``eval.beam_size``."""
         lr_scale(cfg.train.lr_scaling, check_model_config(cfg.model))
+        if cfg.train.val_decoding == "beam" and cfg.eval.beam_size == "auto":
+            raise ConfigError("train.val_decoding=beam decodes at eval.beam_size, which is auto (chosen on validation "
+                              "after training); set train.val_decoding=greedy or give eval.beam_size a number")
 
     def evaluate(self, checkpoint: Checkpoint, request: EvalRequest) -> dict[str, Any]:
         """Decode ``request.split`` (default ``test``) with beam search, score it, write predictions and metrics
@@ -456,13 +506,16 @@ class Captioning:
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         vocab = checkpoint.vocabulary("words", Vocabulary.load)
-        beam = check_beam_size(request.beam_size, cfg, vocab)
+        if request.beam_size is not None and request.beam_size != "auto":
+            check_beam_size(int(request.beam_size), cfg, vocab, explicit=True)
         dev = pick_device(request.device)
         data = load_caption_data(cfg.data, vocab)
         require_split(data.entries, split, Path(cfg.data.root) / cfg.data.karpathy)
         model = load_decoder(checkpoint, vocab, data.store.dim, dev, request.packed_output)
+        beam, choice = resolve_beam_size(request.beam_size, checkpoint, vocab, lambda: validation_choice(
+            model, cfg, data, dev, source="at evaluation"))
         dataset = data.eval_set(split)
-        predictions = _decode(model, dataset, checkpoint, vocab, beam, dev)
+        predictions = _decode(model, dataset, cfg.eval, vocab, beam, dev)
         references = references_of(dataset)
         scores = score_predictions(predictions, references, collapse_repeats=cfg.eval.collapse_repeats)
         bias = bias_report(cfg, data.root, predictions, references)
@@ -479,6 +532,7 @@ class Captioning:
             "data_root": str(Path(cfg.data.root).resolve()),
             "images": len(predictions),
             "beam_size": beam,
+            **({"beam_choice": choice.to_dict()} if choice is not None else {}),
             "max_len": cfg.eval.max_len,
             "collapse_repeats": cfg.eval.collapse_repeats,
             **scores,
@@ -490,6 +544,8 @@ class Captioning:
     def format_report(self, report: dict[str, Any]) -> str:
         """Human-readable metrics table of :meth:`evaluate`'s report."""
         lines = [f"{report['split']}: {report['images']} images, beam {report['beam_size']} ({report['checkpoint']})"]
+        if "beam_choice" in report:
+            lines.append(f"  eval.beam_size auto: {BeamChoice.from_dict(report['beam_choice']).describe()}")
         for name, value in report["scores"].items():
             lines.append(f"  {name:<8} {value:.4f}")
         for name, reason in report.get("unavailable", {}).items():

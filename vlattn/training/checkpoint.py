@@ -8,6 +8,8 @@ Layout of a checkpoint directory::
     vocab-<name>.json      one file per named vocabulary of the task: ``vocab-words.json`` (captions,
                            questions), ``vocab-answers.json`` (VQA); each in its class's own JSON format
     train_state.pt         optimizer state, RNG states and loop counters (checkpoints of a run only)
+    decoding.json          captioning with eval.beam_size auto: the beam size chosen on validation for these
+                           weights, added after training (vlattn.tasks.beam_choice)
 
 The weights and the vocabularies belong together (row i of an embedding or classifier is entry i of a
 vocabulary), so the weights file carries ``vlattn.vocabularies`` metadata: ``{name: sha256}`` of each

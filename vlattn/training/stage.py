@@ -94,6 +94,8 @@ class Stage(Generic[D]):
     - ``needs_init``: the stage starts from trained weights (``--init``), e.g. SCST.
     - ``lr_scaling``: ``train.lr_scaling`` applies to the stage's schedule (LW-Transformer Sec. IV-C scales its
       cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
+    - ``finish(cfg, data, best, device)``: run on the main rank once training ends, with ``best`` the directory of
+      the run's best checkpoint (captioning: choose the beam size on validation), or None: nothing to do.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Stage(Generic[D]):
     length_buckets: str | None = None
     needs_init: bool = False
     lr_scaling: bool = False
+    finish: Callable[[Config, D, Path, torch.device], None] | None = None
 
 
 def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | None) -> Checkpoint | None:
@@ -241,4 +244,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
         log.write("data", trainer.state.step, stage=stage.name, **summary())
     if prepared:
         log.write("prepare", 0, stage=stage.name, modules=", ".join(prepared))
-    return trainer.fit(log)
+    metrics = trainer.fit(log)
+    if stage.finish is not None and ctx.is_main:
+        stage.finish(cfg, data, run.checkpoints / "best", dev)
+    return metrics

@@ -1,0 +1,244 @@
+"""Seed and CPU-kernel variance of the demo presets: each preset trained and tested over several seeds on several of
+torch's CPU kernel paths (``ATEN_CPU_CAPABILITY``), reported as mean, sd and min beside the floors the demos must
+clear (the best constant caption; the majority answer of each question type).
+
+Each job (preset, kernel, seed) is a separate process: torch reads ``ATEN_CPU_CAPABILITY`` once, at import. Jobs
+run one after the other; a finished job leaves ``WORK/results/<job>.json`` and is skipped when the command is run
+again, so an interrupted benchmark resumes where it stopped (an interrupted job continues its own run directory).
+
+Presets (each as its ``make`` target runs it, one torch thread):
+
+- ``demo``: ``python -m vlattn.demo`` (XE then SCST; test CIDEr-D of both);
+- ``demo-xe``: the same without SCST (a cheaper probe of the XE stage);
+- ``demo-vqa``: ``python -m vlattn.demo_vqa`` (official VQA accuracy overall and per answer type).
+
+Kernels: ``best`` (the variable unset: the host's best path), or a value of ``ATEN_CPU_CAPABILITY`` (``avx2``,
+``avx512``, ``default``, ...); the path torch actually took is recorded per job.
+
+Usage: ``python benchmarks/bench_variance.py [--presets demo demo-vqa] [--seeds 1234 1 2 3 4]
+[--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--report-only] [--write]``.
+``--set`` items go to every job's demo (a probe of other settings; use another ``--work``). ``--write`` puts the
+table into RESULTS.md ("## Demo variance over seeds and CPU kernels").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from results import write_section
+
+REPO = Path(__file__).resolve().parent.parent
+SECTION = "Demo variance over seeds and CPU kernels"
+
+
+@dataclass(frozen=True)
+class Job:
+    preset: str
+    kernel: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset}-{self.kernel}-s{self.seed}"
+
+
+def kernel_env(kernel: str) -> dict[str, str]:
+    """The environment of a job on ``kernel``: ``best`` unsets ``ATEN_CPU_CAPABILITY``, anything else sets it."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if kernel != "best":
+        env["ATEN_CPU_CAPABILITY"] = kernel
+    return env
+
+
+def capability(kernel: str) -> str:
+    """The CPU capability torch uses under ``kernel`` (read by a fresh interpreter)."""
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    out = subprocess.run([sys.executable, "-c", code], env=kernel_env(kernel), capture_output=True, text=True,
+                         check=True)
+    return out.stdout.strip()
+
+
+def run_dir(work: Path, job: Job) -> Path:
+    return work / "runs" / job.name
+
+
+def command(job: Job, work: Path, overrides: list[str]) -> list[str]:
+    """The demo command of ``job`` (its seed and ``overrides`` as ``--set`` items)."""
+    module = {"demo": "vlattn.demo", "demo-xe": "vlattn.demo", "demo-vqa": "vlattn.demo_vqa"}[job.preset]
+    cmd = [sys.executable, "-m", module, "--data", str(work / "data"), "--out", str(run_dir(work, job))]
+    if job.preset == "demo-xe":
+        cmd.append("--no-scst")
+    for item in [f"train.seed={job.seed}", *overrides]:
+        cmd += ["--set", item]
+    return cmd
+
+
+def test_metrics(run: Path) -> dict:
+    return json.loads((run / "eval" / "test_metrics.json").read_text())
+
+
+def collect(job: Job, work: Path) -> dict[str, float]:
+    """The job's test figures from the metrics files its demo wrote."""
+    run = run_dir(work, job)
+    if job.preset == "demo-vqa":
+        report = test_metrics(run)
+        return {"overall": report["overall"], **{f"type {k}": v for k, v in report["perAnswerType"].items()}}
+    figures = {"XE CIDEr-D": test_metrics(run)["scores"]["CIDEr"], "XE beam": test_metrics(run)["beam_size"]}
+    if job.preset == "demo":
+        scst = run.with_name(run.name + "-scst")
+        figures.update({"SCST CIDEr-D": test_metrics(scst)["scores"]["CIDEr"],
+                        "SCST beam": test_metrics(scst)["beam_size"]})
+    return figures
+
+
+def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None:
+    """Run ``job`` unless its result file exists; the result (figures, seconds, capability), or None on failure."""
+    done = work / "results" / f"{job.name}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    cmd = command(job, work, overrides)
+    log = work / "logs" / f"{job.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[variance] {job.name}: {' '.join(cmd[1:])}", flush=True)
+    start = time.perf_counter()
+    with log.open("a") as out:
+        code = subprocess.run(cmd, env=kernel_env(job.kernel), stdout=out, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    seconds = time.perf_counter() - start
+    if code not in (0, 1):  # 1: the demo ran but missed its own floor, still a result
+        print(f"[variance] {job.name}: FAILED (exit {code}); see {log}", flush=True)
+        return None
+    result = {"job": job.name, "capability": cap, "seconds": seconds, "overrides": overrides,
+              "figures": collect(job, work)}
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps(result, indent=1))
+    print(f"[variance] {job.name}: {result['figures']} in {seconds:.0f} s", flush=True)
+    return result
+
+
+def floors(work: Path, presets: list[str], jobs: list[Job]) -> dict[str, float]:
+    """The floors of the presets run: the best constant caption's test CIDEr-D, the majority answers' accuracy."""
+    found: dict[str, float] = {}
+    if any(p.startswith("demo") and p != "demo-vqa" for p in presets):
+        from vlattn.demo import constant_floor
+
+        found["constant caption CIDEr-D"] = constant_floor(work / "data")[1]
+    vqa = [j for j in jobs if j.preset == "demo-vqa" and (run_dir(work, j) / "config.yaml").is_file()]
+    if vqa:
+        from vlattn.config import load_config
+        from vlattn.tasks.vqa import majority_baseline, read_split
+
+        cfg = load_config(run_dir(work, vqa[0]) / "config.yaml", [f"data.root={work / 'data'}"])
+        prior = majority_baseline(read_split(work / "data", cfg.data, "train").annotations,
+                                  read_split(work / "data", cfg.data, "test").annotations)
+        found["majority overall"] = prior["overall"]
+        found.update({f"majority type {k}": v for k, v in prior["perAnswerType"].items()})
+    return found
+
+
+def describe(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return f"{statistics.fmean(values):.4f} | {sd:.4f} | {min(values):.4f} | {max(values):.4f} | {len(values)}"
+
+
+def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) -> list[str]:
+    """Markdown rows: per preset and figure, each kernel's seeds and all runs together."""
+    rows = ["| preset | figure | kernels | mean | sd | min | max | runs |", "|---|---|---|---|---|---|---|---|"]
+    presets = sorted({job.preset for job in results}, key=lambda p: (p == "demo-vqa", p))
+    for preset in presets:
+        mine = {job: r for job, r in results.items() if job.preset == preset}
+        figures = [f for f in next(iter(mine.values()))["figures"] if "beam" not in f]
+        for figure in figures:
+            groups = [(f"{k} ({caps[k]})", [k]) for k in kernels] + [("all", kernels)]
+            for label, members in groups:
+                values = [r["figures"][figure] for job, r in mine.items() if job.kernel in members]
+                if values:
+                    rows.append(f"| {preset} | {figure} | {label} | {describe(values)} |")
+        beams = sorted({f"{f} {r['figures'][f]}" for r in mine.values() for f in r["figures"] if "beam" in f})
+        if beams:
+            rows.append(f"| {preset} | beam sizes used | all | {', '.join(beams)} | | | | |")
+    return rows
+
+
+def requirements(results: dict[Job, dict], floor: dict[str, float]) -> list[str]:
+    """The demos' targets over all runs (every seed and kernel): XE test CIDEr-D sd <= 0.05 and min >= 2x the
+    constant caption, SCST min >= 3x; VQA min >= the majority answers + 25 points overall and above them in every
+    answer type."""
+    def values(preset: str, figure: str) -> list[float]:
+        return [r["figures"][figure] for job, r in results.items() if job.preset == preset and figure in r["figures"]]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    lines = []
+    constant = floor.get("constant caption CIDEr-D")
+    for preset in ("demo", "demo-xe"):
+        xe, scst = values(preset, "XE CIDEr-D"), values(preset, "SCST CIDEr-D")
+        if xe and constant:
+            sd = statistics.stdev(xe) if len(xe) > 1 else float("nan")
+            lines.append(f"- {preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
+                         f"{min(xe) / constant:.2f}x the constant caption (>= 2x: {verdict(min(xe) >= 2 * constant)})")
+        if scst and constant:
+            lines.append(f"- {preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
+                         f"(>= 3x: {verdict(min(scst) >= 3 * constant)})")
+    overall = values("demo-vqa", "overall")
+    if overall and "majority overall" in floor:
+        margin = min(overall) - floor["majority overall"]
+        lines.append(f"- demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
+                     f"(>= +25: {verdict(margin >= 25)})")
+        for key, prior in floor.items():
+            if key.startswith("majority type "):
+                kind = key.removeprefix("majority ")
+                low = min(values("demo-vqa", kind))
+                lines.append(f"- demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["demo", "demo-vqa"], choices=["demo", "demo-xe", "demo-vqa"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1234, 1, 2, 3, 4])
+    parser.add_argument("--kernels", nargs="+", default=["avx2", "best"])
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-variance"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
+    parser.add_argument("--write", action="store_true", help=f"write the table to RESULTS.md ({SECTION!r})")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    caps = {kernel: capability(kernel) for kernel in args.kernels}
+    # seed by seed, so that a benchmark stopped early has the same seeds of every preset and kernel
+    jobs = [Job(p, k, s) for s in args.seeds for p in args.presets for k in args.kernels]
+    results: dict[Job, dict] = {}
+    for job in jobs:
+        done = work / "results" / f"{job.name}.json"
+        result = json.loads(done.read_text()) if args.report_only and done.is_file() else None
+        if not args.report_only:
+            result = run_job(job, work, args.overrides, caps[job.kernel])
+        if result is not None:
+            results[job] = result
+    if not results:
+        print("[variance] no finished jobs")
+        return 1
+    lines = table(results, args.kernels, caps)
+    floor = floors(work, args.presets, jobs)
+    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()), "",
+              "Targets over all runs:", *requirements(results, floor), ""]
+    seconds = [r["seconds"] for r in results.values()]
+    lines.append(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, max {max(seconds):.0f}")
+    print("\n".join(lines))
+    if args.write:
+        cmd = " ".join(["benchmarks/bench_variance.py", "--presets", *args.presets, "--seeds", *map(str, args.seeds),
+                        "--kernels", *args.kernels, *[f"--set {o}" for o in args.overrides]])
+        write_section(SECTION, "\n".join([f"Command: `.venv/bin/python {cmd}`", "", *lines]))
+    return 0 if len(results) == len(jobs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
