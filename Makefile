@@ -18,13 +18,14 @@ $(BIN)/python:
 # One pip run: torch==2.14.1 with torchvision==0.29.1 (the pair this machine keeps on disk: the pixel feature
 # extractors need torchvision, and no torchvision loads beside the CPU-only torch 2.13.0 build; any other spec
 # downloads gigabytes; pyproject keeps loose lower bounds for GPU users) and the package with what `make demo` needs
-# (the coco extra: pycocoevalcap's METEOR). Byte-compiling all ~6,800 installed modules was half of pip's time; instead the modules
+# (the coco extra: pycocoevalcap's METEOR; the viz extra: matplotlib for the run report). Byte-compiling all
+# ~6,800 installed modules was half of pip's time; instead the modules
 # vlattn's commands import (about 800: torch's core and dynamo, numpy, vlattn) are compiled by importing them once
 # with bytecode writing on. That must happen: with PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules
 # left uncompiled are compiled again by every process that imports them (5-6 CPU s for `import vlattn.cli`).
 # `make test` / `make install` add the test extras on top (byte-compiled by pip).
 $(STAMP): $(BIN)/python pyproject.toml
-	$(PY) -m pip --python $(BIN)/python install -q --no-compile pip torch==2.14.1 torchvision==0.29.1 -e '.[coco]'
+	$(PY) -m pip --python $(BIN)/python install -q --no-compile pip torch==2.14.1 torchvision==0.29.1 -e '.[coco,viz]'
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c 'import torch._dynamo, vlattn.cli, vlattn.demo, vlattn.demo_vqa'
 	touch $(STAMP)
 

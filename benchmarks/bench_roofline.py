@@ -1,4 +1,4 @@
-"""Roofline of decoding and training (issue 17): measured time over the time the run's FLOPs would take at this
+"""Roofline of decoding and training: measured time over the time the run's FLOPs would take at this
 machine's one-thread matrix-multiply rate at the model's own GEMM shapes.
 
 Runs, for the Transformer (vlattn/presets/transformer.yaml at 3+3 layers) and M2 (vlattn/presets/m2.yaml), batch 10 images
@@ -35,10 +35,10 @@ so a round's ratio uses the rates measured next to it; medians over rounds. The 
 product by a weight, its rate as aten's GEMM and as oneDNN's linear in the replays. Writes "## Roofline" of
 benchmarks/RESULTS.md.
 
-``--packed-output``: this checkout's models get ``use_packed_output(model, True)`` (``vlattn.layers.packed``: the
-vocabulary projection as oneDNN's linear on its weight packed once). It changes only beam search: SCST and XE record
-gradients, so ``PackedLinear`` runs ``nn.Linear`` there (their models are the same objects; a training step changes
-the weights, so the next search repacks the output weight once, inside its timed call).
+``--packed-output``: this checkout's beam search decodes through ``vlattn.decoding.PackedOutput`` (the vocabulary
+projection as oneDNN's linear on its weight packed once). It changes only beam search: SCST and XE call the models
+themselves (the same objects: a training step changes the weights, so the next search repacks the output weight
+once, inside its timed call).
 ``--json PATH`` also writes the figures (per run and model: FLOPs, rate, bound, time, ratio — plain —, and
 best_rate, best_bound, best_ratio) as JSON.
 ``--before PATH`` reads such a file from an earlier run (e.g. before an optimisation) and adds the ratio against
@@ -51,10 +51,12 @@ and the time outside operators (Python, dispatch).
 models are built from the same seed (tokens and scores compared), and every round runs both, alternating which
 goes first; the table gains the median over rounds of its time / this checkout's, and its time over this
 checkout's two bounds (the same GEMMs: oneDNN's linear replays as the addmm it replaces; at ``--before``'s FLOPs
-if given). With ``--packed-output`` its models stay as DIR builds them, so the paired ratio measures the change.
+if given). With ``--packed-output`` its models stay as DIR builds them, so the paired ratio measures the change;
+``--against-packed-output`` has DIR's beam search pack its output layer too, the way DIR does it (its
+``decoding.PackedOutput``, or ``layers.packed.use_packed_output`` in a checkout from before that wrapper).
 
     .venv/bin/python benchmarks/bench_roofline.py [--repeats 5] [--no-write] [--quick] [--json PATH] [--before PATH]
-        [--profile N] [--runs RUN ...] [--against DIR] [--packed-output]
+        [--profile N] [--runs RUN ...] [--against DIR] [--packed-output] [--against-packed-output]
 """
 
 from __future__ import annotations
@@ -82,9 +84,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, shape_wrapper
 
 from vlattn.data.vocab import Vocabulary
-from vlattn.decoding import beam_search
+from vlattn.decoding import PackedOutput, beam_search
 from vlattn.io import atomic_write_text
-from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS, use_packed_output
+from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
 from vlattn.models.profile import FLOP_FORMULAS, SDPA_CPU_FLOPS, onednn_linear_flops, random_batch
 from vlattn.training.optim import build_optimizer
@@ -95,7 +97,7 @@ VOCAB, REGIONS, FEATURES, BEAM, LENGTH = 10201, 50, 2048, 5, 20
 RUNS = ("beam search", "SCST step", "XE step")
 aten = torch.ops.aten
 GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
-# oneDNN's linear on a weight reordered once (vlattn.layers.packed.PackedLinear, ``--packed-output``): a GEMM too
+# oneDNN's linear on a weight reordered once (vlattn.layers.packed.PackedWeight, ``--packed-output``): a GEMM too
 LINEAR = torch.ops.mkldnn._linear_pointwise if ONEDNN_LINEAR else None
 REORDER = torch.ops.mkldnn._reorder_linear_weight if ONEDNN_LINEAR else None
 
@@ -108,11 +110,13 @@ Run = Callable[[], Any]
 
 # The only code that calls the models: decoding and the library's training objectives.
 
-def beam_run(model: nn.Module, batch: dict[str, Any], steps: int) -> Run:
-    """Cached beam search (beam 5) in eval mode without gradients."""
+def beam_run(model: nn.Module, batch: dict[str, Any], steps: int, generator: Any = None) -> Run:
+    """Cached beam search (beam 5) in eval mode without gradients, through ``generator`` (a decoding wrapper
+    around ``model``; default: the model itself)."""
     def run() -> object:
         model.eval()
-        return beam_search(model, batch, bos=Vocabulary.BOS, eos=Vocabulary.EOS, beam_size=BEAM, max_len=steps)
+        return beam_search(model if generator is None else generator, batch, bos=Vocabulary.BOS,
+                           eos=Vocabulary.EOS, beam_size=BEAM, max_len=steps)
     return run
 
 
@@ -187,7 +191,7 @@ class GemmRecorder(TorchDispatchMode):
     """Records every GEMM dispatched inside it — aten's mm/addmm/bmm/baddbmm and oneDNN's linear — with its FLOPs
     (``FlopCounterMode``'s formulas; :func:`linear_flop`). Weights: the model's parameters, tensors computed from
     weights alone (e.g. self-attention's joined query/key/value projection, built once per search) while they
-    live, and oneDNN's packed copies (``PackedLinear``'s, the only oneDNN tensors in a run)."""
+    live, and oneDNN's packed copies (``PackedWeight``'s, the only oneDNN tensors in a run)."""
 
     def __init__(self, parameters: set[int]) -> None:
         super().__init__()
@@ -251,7 +255,7 @@ def replay_seconds(gemms: list[Gemm], packed_first: bool) -> tuple[list[float], 
     """Seconds of each recorded GEMM in two replays of the sequence alone, on random operands (one buffer per spec,
     weights distinct): plain — each as aten's GEMM (a recorded oneDNN linear as the ``addmm``/``mm`` of
     ``nn.Linear``) —, and packed — the products by a weight (:class:`Linear`) as oneDNN's linear on a copy of their
-    weight reordered once (as ``PackedLinear`` does), the rest as recorded. The two replays alternate stretch by
+    weight reordered once (as ``PackedWeight`` does), the rest as recorded. The two replays alternate stretch by
     stretch (``CHUNK`` calls; ``packed_first``: which starts, then alternating), so a load change on
     the shared machine hits both alike. The buffers are built before the clock starts and freed on return, so only
     one round's operands are ever held (holding all six beside the models got a full-size run killed for memory on
@@ -400,15 +404,26 @@ def import_against(checkout: Path, into: Path) -> str:
     return importlib.import_module("vlattn_against").__name__
 
 
-def against_runs(checkout: Path, into: Path, batch: dict[str, Any], steps: int) -> dict[str, Run]:
-    """Model name -> beam search run of ``checkout``'s code (:func:`import_against`) at the same settings."""
+def against_runs(checkout: Path, into: Path, batch: dict[str, Any], steps: int, packed: bool) -> dict[str, Run]:
+    """Model name -> beam search run of ``checkout``'s code (:func:`import_against`) at the same settings;
+    ``packed``: with its output layer packed the way ``checkout`` does it."""
     package = import_against(checkout, into)
-    search = importlib.import_module(f"{package}.decoding").beam_search
+    decoding = importlib.import_module(f"{package}.decoding")
+
+    def generator_of(model: nn.Module) -> Any:
+        if not packed:
+            return model
+        if hasattr(decoding, "PackedOutput"):
+            return decoding.PackedOutput(model)
+        return importlib.import_module(f"{package}.layers.packed").use_packed_output(model, True)
 
     def run_of(model: nn.Module) -> Run:
+        generator = generator_of(model)
+
         def run() -> object:
             model.eval()
-            return search(model, batch, bos=Vocabulary.BOS, eos=Vocabulary.EOS, beam_size=BEAM, max_len=steps)
+            return decoding.beam_search(generator, batch, bos=Vocabulary.BOS, eos=Vocabulary.EOS, beam_size=BEAM,
+                                        max_len=steps)
         return run
     return {name: run_of(model) for name, model in build_models(package).items()}
 
@@ -466,6 +481,19 @@ def extra_options(parser: argparse.ArgumentParser) -> None:
                         help="also time DIR's beam search (another checkout) side by side: its time / this one's")
     parser.add_argument("--packed-output", action="store_true",
                         help="this checkout's models decode with the vocabulary projection packed for oneDNN")
+    parser.add_argument("--against-packed-output", action="store_true",
+                        help="the --against checkout's models decode with their vocabulary projection packed too")
+
+
+def packing_note(ours: bool, theirs: bool | None) -> str:
+    """How each checkout's beam search projects to the vocabulary (``theirs``: None without ``--against``)."""
+    note = ("This checkout's beam search: vocabulary projection packed for oneDNN (`--packed-output`: "
+            "`vlattn.decoding.PackedOutput`; SCST and XE call the models themselves)." if ours else
+            "Beam search on the models as `build_captioner` builds them (no `--packed-output`).")
+    if theirs is None:
+        return note
+    return note + (" The other checkout's beam search packs its projection its own way (`--against-packed-output`)."
+                   if theirs else " The other checkout's beam search on its models as it builds them.")
 
 
 def earlier_flops(path: Path | None) -> dict[tuple[str, str], int]:
@@ -487,16 +515,17 @@ def main() -> None:
         "SCST step": scst_objective(reward=scst_reward(batch_size), vocab=vocab, num_samples=BEAM, max_len=steps),
         "XE step": xe_objective(pad_id=Vocabulary.PAD),
     }
-    models = {name: use_packed_output(model, args.packed_output) for name, model in build_models().items()}
+    models = build_models()
     runs: dict[tuple[str, str], Run] = {}
     for name, model in models.items():
-        runs[("beam search", name)] = beam_run(model, batch, steps)
+        runs[("beam search", name)] = beam_run(model, batch, steps, PackedOutput(model) if args.packed_output else None)
         for task, objective in objectives.items():
             runs[(task, name)] = training_run(model, objective, batch)
     ran = runs[("beam search", "M2")]().tokens.shape[-1]  # words decoded (20 unless every beam ended early)
     runs = {key: run for key, run in runs.items() if key[0] in args.runs}
     scratch = None if args.against is None else tempfile.TemporaryDirectory()  # the renamed copy, removed at exit
-    theirs = {} if scratch is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps)
+    theirs = {} if scratch is None else against_runs(args.against.resolve(), Path(scratch.name), batch, steps,
+                                                     args.against_packed_output)
     # compared before any training run (measured below) updates this checkout's weights
     compared = {key: same_beams(run, theirs[key[1]]) for key, run in runs.items() if key[0] == "beam search" and theirs}
     measured = {key: measure(run, models[key[1]]) for key, run in runs.items()}
@@ -534,18 +563,15 @@ def main() -> None:
                        for (task, name), m in measured.items() for row in m.shape_rates())
     if args.json is not None:
         settings = {"batch": batch_size, "steps": steps, "ran": ran, "repeats": args.repeats,
-                    "packed_output": args.packed_output, "torch": torch.__version__}
+                    "packed_output": args.packed_output, "against_packed_output": args.against_packed_output,
+                    "torch": torch.__version__}
         atomic_write_text(args.json, json.dumps({"settings": settings, "rows": figures}, indent=1) + "\n")
     extra_head = (f" GFLOP of {args.before.name} | time / plain bound at its FLOPs | time / best-kernel bound at its"
                   " FLOPs |" if before else "")
     at = " at its FLOPs" if before else ""
     extra_head += (f" time of {args.against} / this checkout's, paired rounds | its time / plain bound{at} |"
                    f" its time / best-kernel bound{at} |" if theirs else "")
-    packed = "Models as `build_captioner` builds them (no `--packed-output`)."
-    if args.packed_output:
-        packed = ("This checkout's models: vocabulary projection packed for oneDNN (`--packed-output`: "
-                  "`use_packed_output`; decoding without gradients only — SCST and XE record gradients, so "
-                  "`PackedLinear` runs `nn.Linear` there)" + ("; the other checkout's as it builds them." if theirs else "."))
+    packed = packing_note(args.packed_output, args.against_packed_output if theirs else None)
     body = f"""Batch {batch_size}, {REGIONS} regions x {FEATURES}-d, d=512, 8 heads, FFN 2048, 3+3 layers, vocabulary {VOCAB};
 Transformer = vlattn/presets/transformer.yaml with 3+3 layers, M2 = vlattn/presets/m2.yaml. Beam search: beam {BEAM}, {steps} steps
 (ran {ran}), eval mode, K/V caches. SCST step: train mode, beam {BEAM} with gradients, CIDEr-D reward, mean baseline,

@@ -166,3 +166,44 @@ def test_hand_built_and_loaded_configs_agree() -> None:
     with pytest.raises(ConfigError) as from_yaml:
         load_valid_config(None, ["model.dropout=2.0"])
     assert str(from_yaml.value) == "config: config key model.dropout: must be < 1.0, got 2.0"
+
+
+@pytest.mark.parametrize(("preset", "override", "message"), [
+    ("vqa-demo", "eval.beam_size=3", r"never read by task 'vqa' \(stages: train\): eval\.beam_size \(remove them\)$"),
+    ("vqa-demo", "train.scst_epochs=2", r"task 'vqa' \(stages: train\): train\.scst_epochs"),
+    ("vqa-demo", "data.karpathy=x.json", r"task 'vqa' \(stages: train\): data\.karpathy"),
+    ("demo", "data.questions=q_{split}.json", r"task 'captioning' \(stages: xe, scst\): data\.questions"),
+    ("demo", "train.bce_reduction=mean", r"task 'captioning' \(stages: xe, scst\): train\.bce_reduction"),
+    ("demo", "data.zero_image=false", r"data\.zero_image"),  # named by the override, at its default
+    ("updown", "model.d_ff=64", r"never read by model kind 'updown': model\.d_ff"),
+])
+def test_keys_nothing_reads_are_refused_naming_them(preset: str, override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as refused:
+        load_valid_config(preset, [override])
+    assert "\n" not in str(refused.value)
+
+
+def test_unread_keys_in_files_are_refused_unless_left_at_their_defaults(tmp_path: Path) -> None:
+    """A user's file may be a full dump (`vlattn config show`, a run's config.yaml): its keys at their defaults are
+    not checked; one set to another value that nothing reads is refused."""
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(yaml.safe_dump(config_to_dict(load_valid_config("vqa-demo"))))  # every key, eval.beam_size included
+    assert config_to_dict(load_valid_config(dump)) == config_to_dict(load_valid_config("vqa-demo"))
+    edited = tmp_path / "edited.yaml"
+    edited.write_text("base: vqa-demo\neval: {beam_size: 4}\nmodel: {max_positions: 10}\n")
+    with pytest.raises(ConfigError, match=r"edited\.yaml: config keys never read by model kind 'mcan' or task 'vqa' "
+                                          r"\(stages: train\): model\.max_positions, eval\.beam_size \(remove them\)"):
+        load_valid_config(edited)
+
+
+def test_every_config_key_is_read_by_some_task_or_kind() -> None:
+    """No dead keys: each key of the sections is read by a model kind, a task or a stage."""
+    from vlattn.models import MODELS
+    from vlattn.tasks import TASKS
+
+    read = {f"model.{key}" for kind in MODELS.values() for key in kind.reads}
+    for task in TASKS.values():
+        read |= task.reads | {key for stage in task.stages.values() for key in stage.reads()}
+    sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+    every = {f"{name}.{f.name}" for name, cls in sections.items() for f in dataclasses.fields(cls)}
+    assert every - read == set() and read - every == set()

@@ -21,7 +21,7 @@ import torch
 import yaml
 from m2_released import random_released_state
 
-from vlattn.config import config_to_dict
+from vlattn.config import ModelConfig, config_to_dict
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap
 from vlattn.data.synth import generate
 from vlattn.data.vocab import Vocabulary
@@ -29,6 +29,7 @@ from vlattn.metrics import evaluate_captions
 from vlattn.metrics.tokenizer import PTBTokenizer
 from vlattn.training.rundir import run_lock
 from tests.test_bad_input import one_line
+from tests.test_hostile_input import Payload
 from tests.training.conftest import make_tiny_vqa_data, tiny_vqa_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
@@ -244,8 +245,62 @@ def run_copy(ws: Workspace, *, locked: bool = False, swapped_words: bool = False
     return run
 
 
-def resume(ws: Workspace, *extra: str, **copy: bool) -> list[str]:
-    return ["train", "--out", str(run_copy(ws, **copy)), "--resume", "--device", "cpu", *extra]
+def resume(ws: Workspace, *extra: str, foreign_file: bool = False, **copy: bool) -> list[str]:
+    run = run_copy(ws, **copy)
+    if foreign_file:
+        (run / "checkpoints" / "last" / "notes.txt").write_text("mine")
+    return ["train", "--out", str(run), "--resume", "--device", "cpu", *extra]
+
+
+def with_lock(ws: Workspace, name: str, text: str | None) -> Path:
+    """A directory holding only ``.lock``: the user's file with ``text``, or (None) a link to a file of theirs."""
+    path = empty_dir(ws, name)
+    if text is None:
+        (path / ".lock").symlink_to(Path(written(ws, "victim", "IMPORTANT")))
+    else:
+        (path / ".lock").write_text(text)
+    return path
+
+
+def other_data(ws: Workspace) -> Path:
+    """The tiny data set's files with other region features."""
+    from tests.training.conftest import make_tiny_data
+
+    return make_tiny_data(ws.path("other"), seed=1)
+
+
+def synth_set(ws: Workspace, name: str, planted: str) -> Path:
+    """A tiny synthetic set with the user's file ``planted`` inside it."""
+    generate(ws.path(name), 12, feature_dim=8, val_size=2, test_size=2, extractor_epochs=1)
+    (ws.path(name) / planted).write_text("{}")
+    return ws.path(name)
+
+
+def damaged_state(ws: Workspace, damage: str) -> list[str]:
+    """``--resume`` of a copy of the tiny run whose ``last/train_state.pt`` is cut short, holds a pickled
+    ``os.system`` call, or lacks its ``loop`` entry."""
+    run = run_copy(ws)
+    state_file = run / "checkpoints" / "last" / "train_state.pt"
+    if damage == "cut":
+        state_file.write_bytes(state_file.read_bytes()[:200])
+    elif damage == "payload":
+        torch.save({"stage": "xe", "loop": Payload(ws.path("executed"))}, state_file)
+    else:
+        state = torch.load(state_file, weights_only=True)
+        del state["loop"]
+        torch.save(state, state_file)
+    return ["train", "--out", str(run), "--resume", "--device", "cpu"]
+
+
+def evil_checkpoint(ws: Workspace) -> str:
+    torch.save({"state_dict": Payload(ws.path("executed"))}, ws.path("evil.pth"))
+    return str(ws.path("evil.pth"))
+
+
+def score_files(ws: Workspace, results: str) -> list[str]:
+    annotations = {"images": [{"id": 1}], "annotations": [{"image_id": 1, "id": 5, "caption": "a dog runs"}]}
+    return ["score", "--results", written(ws, "res.json" if results.startswith("[{") else "deep.json", results),
+            "--annotations", written(ws, "ann.json", json.dumps(annotations)), "--tokenizer", "python"]
 
 
 def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lambda root: None) -> list[str]:
@@ -254,6 +309,18 @@ def vqa_train(ws: Workspace, *extra: str, change: Callable[[Path], object] = lam
     change(root)
     config = written(ws, "vqa.yaml", yaml.safe_dump(config_to_dict(tiny_vqa_config(root))))
     return ["train", "--config", config, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
+
+
+def twin_stream_train(ws: Workspace, *extra: str) -> list[str]:
+    """``vlattn train`` of the twin-stream model on the tiny VQA data: the tiny MCAN config without the
+    Transformer-stack keys that kind never reads."""
+    root = make_tiny_vqa_data(ws.path("data"))
+    config = config_to_dict(tiny_vqa_config(root))
+    for key in ("num_heads", "d_ff", "encoder_layers", "decoder_layers", "options"):
+        config["model"].pop(key, None)
+    config["model"]["kind"] = "twin_stream"
+    path = written(ws, "vqa.yaml", yaml.safe_dump(config))
+    return ["train", "--config", path, "--out", str(ws.path("vqarun")), "--device", "cpu", *extra]
 
 
 def catt_dictionary(ws: Workspace, *extra: str) -> list[str]:
@@ -298,6 +365,11 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "not UTF-8": lambda ws: ["profile", "--config", written(ws, "latin1.yaml", b"model:\n  d_model: 512 \xe9\n")],
     "override without `=`": lambda ws: config(ws, "--set", "train.epochs"),
     "override into a value": lambda ws: config(ws, "--set", "train.epochs.x=1"),
+    "unknown preset": lambda ws: ["profile", "--config", "m3"],
+    "a key nothing reads": lambda ws: ["profile", "--config", "vqa-demo", "--set", "eval.beam_size=3"],
+    "a `base` cycle": lambda ws: ["profile", "--config", written(ws, "a.yaml", "base: b.yaml\n"),
+                                  written(ws, "b.yaml", "base: a.yaml\n") and "--json"],
+    "a config built by hand (library)": lambda ws: library(ws, lambda: ModelConfig(dropout=2.0)),
     "unknown stage": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")),
                                  "--stage", "rl"],
     "model and store disagree": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
@@ -392,9 +464,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "--set", "data.question_tokens=wordpiece", vocab=["[UNK]", "[PAD]", "[CLS]", "[SEP]"]),
     "a WordPiece model reading words": lambda ws: lxmert_vqa_train(ws),
     "NLVR2 image ids that are not the store's": nlvr2_string_ids,
-    "grid positional bias, store of other sizes": lambda ws: vqa_train(
-        ws, "--set", "model.kind=twin_stream", "--set", "model.options.attention.name=sla",
-        "--set", "model.options.attention.options.position=grid", "--set", "model.options.attention.options.grid_cells=36"),
+    "grid positional bias, store of other sizes": lambda ws: twin_stream_train(
+        ws, "--set", "model.options.attention.name=sla", "--set", "model.options.attention.options.position=grid",
+        "--set", "model.options.attention.options.grid_cells=36"),
     "word vectors file missing": lambda ws: vqa_train(ws, "--set", f"model.word_vectors={ws.path('nowhere.txt')}"),
     "word vectors of another size": lambda ws: vqa_train(ws, "--set", "model.word_vectors=" + written(
         ws, "glove.txt", "what 0.1 0.2 0.3\n")),
@@ -420,6 +492,43 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
         ws, "other.yaml", (ws.run.parent / "tiny.yaml").read_text().replace("num_heads: 2", "num_heads: 4"))),
     "resume in another stage": lambda ws: resume(ws, "--stage", "scst"),
     "the run's vocabulary changed": lambda ws: resume(ws, swapped_words=True),
+    "override value not YAML": lambda ws: config(ws, "--set", "train.adam_betas=[0.9, 0.98"),
+    "nested too deeply": lambda ws: ["profile", "--config", written(ws, "deep.yaml", f"model: {'[' * 5000}{']' * 5000}\n")],
+    "size above its bound": lambda ws: config(ws, "--set", "model.encoder_layers=1000000000"),
+    "integer beyond 64 bits": lambda ws: config(ws, "--set", "model.d_model=9223372036854775808"),
+    "number not finite": lambda ws: config(ws, "--set", "train.grad_clip=.inf"),
+    "lone surrogate in a config string": lambda ws: config(ws, "--set", 'data.karpathy="a\\ud800.json"'),
+    "weights beyond the memory available": lambda ws: config(ws, "--set", "model.d_model=65536", "--set",
+                                                             "model.d_ff=65536"),
+    "base preset missing": lambda ws: ["profile", "--config", written(ws, "run.yaml", "base: nan\n")],
+    "profile shape out of range": lambda ws: config(ws, "--batch", "0"),
+    "profile activation beyond memory": lambda ws: config(ws, "--batch", "65536", "--regions", "65536"),
+    "lone surrogate in a JSON string": lambda ws: score_files(ws, json.dumps([{"image_id": 1, "caption": "a dog \ud800 runs"}])),
+    "JSON nested too deeply": lambda ws: score_files(ws, "[" * 100_000 + "]" * 100_000),
+    "checkpoint holding a pickle payload": lambda ws: import_args(ws, evil_checkpoint(ws)),
+    "run directory under a missing directory": lambda ws: import_args(ws, released(ws, "m2.pth"), out="no/such/run"),
+    "word table with whitespace tokens as text": lambda ws: import_args(ws, released(ws, "m2.pth"),
+                                                                        WORDS[:6] + [" "] + WORDS[7:]),
+    "damaged training state": lambda ws: damaged_state(ws, "cut"),
+    "training state holding other objects": lambda ws: damaged_state(ws, "payload"),
+    "training state of another layout": lambda ws: damaged_state(ws, "no loop"),
+    "non-finite loss": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out", str(ws.path("r")),
+                                   "--device", "cpu", "--set", "train.schedule={name: constant, options: {lr: 1.0e+30}}",
+                                   "--set", "train.epochs=2"],
+    "a lock file vlattn did not write": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                                    str(with_lock(ws, "shared", "my notes")), "--device", "cpu"],
+    "a linked lock file": lambda ws: ["train", "--config", str(ws.run.parent / "tiny.yaml"), "--out",
+                                      str(with_lock(ws, "shared", None)), "--device", "cpu"],
+    "a checkpoint holding the user's files": lambda ws: resume(ws, "--set", "train.epochs=2", foreign_file=True),
+    "resume on another data set": lambda ws: resume(ws, "--set", f"data.root={other_data(ws)}"),
+    "a user's file in a subfolder": lambda ws: ["data", "synth", "--out", str(synth_set(ws, "s", "vqa/my_labels.json")),
+                                                "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8",
+                                                "--epochs", "1", "--overwrite"],
+    "`--per-image` onto an existing file": lambda ws: ["score", "--results", written(ws, "R.json", "[]"),
+                                                      "--annotations", written(ws, "A.json", "{}"), "--per-image",
+                                                      str(ws.path("A.json"))],
+    "dictionary `--overwrite` onto another file": lambda ws: catt_dictionary(
+        ws, "--out", written(ws, "notes.npz", "my notes"), "--overwrite"),
     "image file without an id": lambda ws: extract(ws, written(ws, "beach.png", b"")),
     "unknown extractor": lambda ws: extract(ws, written(ws, "photo_1.png", b""), extractor="sift"),
     "weights file missing": lambda ws: extract(ws, written(ws, "photo_1.png", b""), weights=str(ws.path("nowhere.pt"))),
@@ -429,7 +538,8 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
 }
 # Rows whose behaviour is not an error message; each is checked by the test named in the row.
 NOT_ERRORS = {"box at most 1 px outside", "leftovers of a killed writer",
-              "`--overwrite` killed between its two renames",
+              "`--overwrite` killed between its two renames", "destination appearing while writing",
+              "nothing left to train", "disk full", "file-size limit", "read-only directory",
               "line breaks inside a caption", "Java tokenizer returns another line count",
               "a VQA checkpoint for captioning", "a decoding option for a VQA checkpoint",
               "question without words", "Ctrl-C or SIGTERM during training",

@@ -257,9 +257,12 @@ def test_import_removes_only_its_own_kind_of_leftover(tmp_path: Path, monkeypatc
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True)
     dead = int(finished.stdout)  # a process id whose process has exited
-    killed = tmp_path / f".run.{dead}.abcd1234.tmp"
+    killed = tmp_path / f".run.{dead}.00000000abcd1234.tmp"
     (killed / "checkpoints").mkdir(parents=True)
-    users = [tmp_path / ".run.import-tmp", tmp_path / ".run.backup.tmp", tmp_path / f".run.{os.getpid()}.zzzz9999.tmp"]
+    (killed / ".vlattn.json").write_text(json.dumps({"written_by": "vlattn", "kind": "temporary",
+                                                     "id": "00000000abcd1234"}))
+    users = [tmp_path / ".run.import-tmp", tmp_path / ".run.backup.tmp", tmp_path / f".run.{os.getpid()}.zzzz9999.tmp",
+             tmp_path / f".run.{dead}.00000000abcd5678.tmp"]  # vlattn's name, but no marker proving it vlattn's
     for mine in users:
         mine.mkdir()
         (mine / "notes.txt").write_text("mine")

@@ -12,7 +12,7 @@ import pytest
 
 from vlattn.data.features import RegionFeatures, write_m2_hdf5, write_memmap, write_npz_dir
 import vlattn.io
-from vlattn.io import atomic_write_text, make_temporary_dir, replace_dir, swap_partner, umask
+from vlattn.io import atomic_write_text, complete_dir, make_temporary_dir, replace_dir, umask
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o077])
@@ -55,24 +55,27 @@ def test_replace_dir_puts_the_old_directory_back_when_the_second_rename_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "store"
-    path.mkdir()
-    (path / "a").write_text("old")
+    first = make_temporary_dir(path)
+    (first / "a").write_text("old")
+    complete_dir(first, "memmap")
+    replace_dir(first, path)
     tmp = make_temporary_dir(path)
     (tmp / "a").write_text("new")
-    real, calls = os.replace, []
+    complete_dir(tmp, "memmap")
+    real, calls = vlattn.io.rename_noreplace, []
 
-    def failing_second(src: object, dst: object) -> None:
+    def failing_second(src: Path, dst: Path) -> None:
         calls.append(dst)
         if len(calls) == 2:
             raise OSError("EXDEV")
         real(src, dst)
 
-    monkeypatch.setattr(vlattn.io.os, "replace", failing_second)
+    monkeypatch.setattr(vlattn.io, "rename_noreplace", failing_second)
     with pytest.raises(OSError, match="EXDEV"):
-        replace_dir(tmp, path)
+        replace_dir(tmp, path, lambda p: None)
     monkeypatch.undo()
     assert (path / "a").read_text() == "old" and (tmp / "a").read_text() == "new"
-    assert not swap_partner(tmp).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", tmp.name])  # no .old left
 
 
 def test_failed_writes_remove_only_their_own_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -233,3 +233,23 @@ def test_vqa_questions_file_must_match(tmp_path: Path) -> None:
                str(questions))
     with pytest.raises(ConfigError, match="apply to captions"):
         invoke("--task", "vqa", "--results", str(results), "--annotations", str(annotations), "--metrics", "BLEU")
+
+
+@pytest.mark.parametrize("target", ["annotations", "results", "other file", "link"])
+def test_per_image_never_replaces_an_existing_file(target: str, tmp_path: Path, vlattn_cli) -> None:
+    """``--per-image`` writes a new file only: its own inputs, any other file and a link are left as they are,
+    with a one-line error before anything is scored."""
+    from tests.test_bad_input import one_line
+
+    questions, annotations = write_vqa(tmp_path)
+    results = tmp_path / "results.json"
+    write_vqa_results(results, {1: "Yes", 2: "two", 3: "Red.", 4: "no"})
+    (tmp_path / "victim.txt").write_text("mine")
+    (tmp_path / "link.json").symlink_to(tmp_path / "victim.txt")
+    path = {"annotations": annotations, "results": results, "other file": tmp_path / "victim.txt",
+            "link": tmp_path / "link.json"}[target]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = vlattn_cli("score", "--task", "vqa", "--results", str(results), "--questions", str(questions),
+                                "--annotations", str(annotations), "--per-image", str(path))
+    assert code == 2 and one_line(err) and f"{path}: --per-image: exists; vlattn does not replace it" in err, err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before and (tmp_path / "link.json").is_symlink()

@@ -121,6 +121,7 @@ TRAIN: Stage[ColourData] = Stage(
 class Colours:
     name = "colours"
     stages = {"train": TRAIN}
+    reads = frozenset()  # beside what its stage reads
 
     def check(self, cfg: Config) -> None:
         if cfg.model.feature_dim != DIM:
@@ -147,7 +148,8 @@ class Colours:
 @pytest.fixture
 def colours(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TASKS, "colours", Colours())
-    monkeypatch.setitem(MODELS, "colour-probe", ModelKind("colours", lambda cfg, answers: ColourProbe(cfg.feature_dim, answers)))
+    monkeypatch.setitem(MODELS, "colour-probe", ModelKind("colours", lambda cfg, answers: ColourProbe(cfg.feature_dim, answers),
+                                                          reads=frozenset({"kind", "feature_dim"})))
 
 
 def colour_config(root: Path) -> dict[str, Any]:

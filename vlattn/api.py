@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from vlattn.config import Config, apply_overrides, config_to_dict
+from vlattn.config import Config, apply_overrides, config_to_dict, named_keys
 from vlattn.errors import ConfigError
 from vlattn.shipped_presets import describe
 from vlattn.tasks import Answerer, Captioner, load_predictor, task_of
@@ -57,7 +57,7 @@ def create_model(
     items = [*_items(overrides), *_items({f"model.{key}": value for key, value in model_keys.items()})]
     if isinstance(preset_or_config, Config):
         # a Config object: validated again as a whole, with its components, as a loaded config is
-        cfg = valid_config(apply_overrides(config_to_dict(preset_or_config), items))
+        cfg = valid_config(apply_overrides(config_to_dict(preset_or_config), items), named_keys(None, items))
     else:
         cfg = load_config(preset_or_config, items)
     return task_of(cfg.task).create_model(cfg, vocab_size=vocab_size, num_answers=num_answers)

@@ -15,7 +15,8 @@ import typer
 
 from vlattn.commands.catt import app as catt_app
 from vlattn.data.cli import StoreFormat, app as data_app
-from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
+from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError, WriteError
+from vlattn.io import is_write_error
 from vlattn.scoring.cli import score
 
 app = typer.Typer(help="Attention-based vision-language models: captioning and VQA over region features.",
@@ -154,10 +155,11 @@ def evaluate(
     CIDEr-D, SPICE if possible)."""
     from vlattn.tasks import EvalRequest, evaluate as run_eval, format_report
 
-    request = EvalRequest(split=split, data_root=data, beam_size=beam_size_option(beam_size), device=device,
-                          packed_output=packed_output)
-    report = run_eval(checkpoint, request)
-    typer.echo(json.dumps(report) if as_json else format_report(report))
+    def show(report: dict) -> None:  # before the outputs are written: a failed write still shows the metrics
+        typer.echo(json.dumps(report) if as_json else format_report(report))
+
+    run_eval(checkpoint, EvalRequest(split=split, data_root=data, beam_size=beam_size_option(beam_size),
+                                     device=device, packed_output=packed_output, show=show))
 
 
 EXTRACTOR = typer.Option(None, "--extractor", help="The extractor the run was trained with (checked; default: the "
@@ -258,6 +260,7 @@ def profile(
     task = task_of(cfg.task)
     given = dict(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats, answers=answers)
     shapes = dataclasses.replace(task.profile_shapes, **{k: v for k, v in given.items() if v is not None})
+    shapes.check(cfg)
     report = task.profile(cfg, shapes)
     typer.echo(json.dumps(report) if as_json else format_profile(report))
 
@@ -291,7 +294,8 @@ def import_checkpoint(
     fmt: str = typer.Option(..., "--format", help="Checkpoint format: m2-official (aimagelab/meshed-memory-transformer), "
                             "lxmert-hf (LXMERT in transformers' or the released code's names)."),
     vocab: Optional[Path] = typer.Option(
-        None, "--vocab", help="Word list, one word per line in index order (m2-official: docs/m2-official.md; "
+        None, "--vocab", help="Word table in index order: a JSON list of strings (any token) or text with one word per line "
+        "(m2-official: docs/m2-official.md; "
         "lxmert-hf: BERT's vocab.txt, default SOURCE/vocab.txt)."),
     out: Path = typer.Option(..., "--out", "-o", help="New run directory to write."),
     heads: Optional[int] = typer.Option(None, help="Attention heads when the checkpoint does not record them "
@@ -344,6 +348,11 @@ def main() -> None:
         app()
     except VlattnError as err:
         typer.echo(f"error: {' '.join(str(err).splitlines())}", err=True)  # one line, whatever the message
+        sys.exit(2)
+    except OSError as err:  # a write the command did not name itself (disk full, read-only): still one line
+        if not is_write_error(err):
+            raise
+        typer.echo(f"error: {WriteError(err.filename or 'output', err)}", err=True)
         sys.exit(2)
     except TrainingInterrupted as stop:
         typer.echo(f"vlattn: {stop}", err=True)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -26,6 +28,22 @@ from vlattn.errors import ConfigError
 from vlattn.io import atomic_write_text
 
 T = TypeVar("T")
+
+# Upper bounds of the sizes a config sets, checked when it loads (every size has one: without it a config could
+# allocate without limit, or build a million layers, while it is validated). They lie far above any published
+# model of the five papers; what memory allows is checked beside them, from the weights of the model the config
+# describes (vlattn.models.footprint).
+MAX_WIDTH = 1 << 16  # a feature, model, feed-forward, embedding or hidden width; slots, dictionary entries
+MAX_LAYERS = 64  # encoder or decoder layers
+MAX_HEADS = 1024  # attention heads, groups, units, glimpses, channels
+MAX_LENGTH = 1 << 16  # positions, regions, caption and question words, decoding steps
+MAX_BATCH = 1 << 16  # images or questions in a batch, beams, samples per image
+MAX_WORKERS = 256  # data-loader worker processes
+MAX_CACHE_MB = 1 << 20  # MiB of decoded regions kept in memory (1 TiB)
+MAX_SAMPLE = 1 << 24  # regions or words drawn for a k-means dictionary
+MAX_VOCAB = 1 << 22  # words or candidate answers (vlattn profile)
+MAX_DEPTH = 32  # nesting of mappings and lists in a config file or override
+_INT64 = 1 << 63
 
 
 def bounded(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge: float | None = None,
@@ -90,12 +108,12 @@ class ModelConfig(Section):
     KEY: typing.ClassVar[str] = "model"
 
     kind: str = "transformer"
-    feature_dim: int = bounded(2048, ge=1)
-    d_model: int = bounded(512, ge=1)
-    num_heads: int = bounded(8, ge=1)
-    d_ff: int = bounded(2048, ge=1)
-    encoder_layers: int = bounded(3, ge=0)
-    decoder_layers: int = bounded(3, ge=1)
+    feature_dim: int = bounded(2048, ge=1, le=MAX_WIDTH)
+    d_model: int = bounded(512, ge=1, le=MAX_WIDTH)
+    num_heads: int = bounded(8, ge=1, le=MAX_HEADS)
+    d_ff: int = bounded(2048, ge=1, le=MAX_WIDTH)
+    encoder_layers: int = bounded(3, ge=0, le=MAX_LAYERS)
+    decoder_layers: int = bounded(3, ge=1, le=MAX_LAYERS)
     dropout: float = bounded(0.1, ge=0.0, lt=1.0)
     # dropout on the attention weights and on the summed word + position embeddings, beyond the paper's
     # placement (sub-layer outputs): None = the kind's paper default (transformer: none on the weights, `dropout`
@@ -106,7 +124,7 @@ class ModelConfig(Section):
     # how dropout layers draw their masks: torch's Bernoulli draw, or uniform draws compared with p (the same
     # distribution, other random numbers, ~1.6x faster on the CPU; vlattn/layers/dropout.py)
     dropout_mask: Literal["bernoulli", "uniform"] = "bernoulli"
-    max_positions: int = bounded(64, ge=1)
+    max_positions: int = bounded(64, ge=1, le=MAX_LENGTH)
     tie_embeddings: bool = False
     output_bias: bool = True
     box_input: bool = False  # append normalised box channels to the region features (vlattn.layers.boxes)
@@ -141,16 +159,16 @@ class DataConfig(Section):
     features: str = "features"
     vocab_min_count: int = bounded(5, ge=1)
     vocab_splits: list[str] = field(default_factory=lambda: ["train"])
-    max_regions: int = bounded(50, ge=1)
-    max_caption_len: int = bounded(20, ge=1)
-    num_workers: int = bounded(0, ge=0)
-    region_cache_mb: int = bounded(512, ge=0)
+    max_regions: int = bounded(50, ge=1, le=MAX_LENGTH)
+    max_caption_len: int = bounded(20, ge=1, le=MAX_LENGTH)
+    num_workers: int = bounded(0, ge=0, le=MAX_WORKERS)
+    region_cache_mb: int = bounded(512, ge=0, le=MAX_CACHE_MB)
     questions: str = "vqa/questions_{split}.json"
     annotations: str = "vqa/annotations_{split}.json"
     vqa_splits: dict[str, list[str]] = field(
         default_factory=lambda: {"train": ["train"], "val": ["val"], "test": ["test"]}
     )
-    max_question_len: int = bounded(14, ge=1)
+    max_question_len: int = bounded(14, ge=1, le=MAX_LENGTH)
     # how questions become ids: MCAN's words (a vocabulary built from the training questions) or BERT's uncased
     # WordPiece over the local vocab.txt `wordpiece_vocab` (relative to `root`; LXMERT: [CLS] pieces [SEP])
     question_tokens: Literal["words", "wordpiece"] = "words"
@@ -178,10 +196,10 @@ class TrainConfig(Section):
 
     KEY: typing.ClassVar[str] = "train"
 
-    seed: int = 1234
+    seed: int = bounded(1234, ge=0, lt=1 << 63)  # NumPy's generators refuse negative seeds
     epochs: int = bounded(20, ge=0)
     patience: int = bounded(0, ge=0)  # end XE after this many epochs without a better val CIDEr (0: never)
-    batch_size: int = bounded(50, ge=1)
+    batch_size: int = bounded(50, ge=1, le=MAX_BATCH)
     # captioning XE: > 0 sorts each pool of this many batches of the epoch's permutation by caption length before
     # cutting it into batches (shuffled), so a batch is padded to little more than its captions (vlattn/training/
     # loop.py); the XE loss is then divided by a batch's expected token count, so every token weighs the same in
@@ -207,10 +225,10 @@ class TrainConfig(Section):
     scst_epochs: int = bounded(10, ge=0)
     scst_patience: int = bounded(0, ge=0)
     scst_adam_betas: list[float] | None = None  # None: adam_betas
-    scst_samples: int = bounded(5, ge=1)
+    scst_samples: int = bounded(5, ge=1, le=MAX_BATCH)
     scst_sampling: Literal["beam", "sample"] = "beam"
     scst_baseline: Literal["mean", "mean-others", "greedy"] = "mean"
-    scst_batch_size: int = bounded(50, ge=1)
+    scst_batch_size: int = bounded(50, ge=1, le=MAX_BATCH)
     # "tokens": sum of log-prob x advantage over the batch's tokens / their number (self-critical.pytorch);
     # "steps": per sample the mean over the max_len decoding steps (0 after EOS), then the mean over samples (M2)
     scst_loss_normalise: Literal["tokens", "steps"] = "tokens"
@@ -238,12 +256,12 @@ class EvalConfig(Section):
 
     # "auto": after training, the size among beam_candidates (1 = greedy) with the best validation CIDEr-D, recorded
     # with the best checkpoint (vlattn/tasks/beam_choice.py); vlattn eval / caption decode with it
-    beam_size: int | Literal["auto"] = bounded(5, ge=1)
-    beam_candidates: list[int] = bounded(factory=lambda: [1, 3, 5], ge=1)
-    max_len: int = bounded(20, ge=1)
+    beam_size: int | Literal["auto"] = bounded(5, ge=1, le=MAX_BATCH)
+    beam_candidates: list[int] = bounded(factory=lambda: [1, 3, 5], ge=1, le=MAX_BATCH)
+    max_len: int = bounded(20, ge=1, le=MAX_LENGTH)
     length_penalty: float = bounded(0.0, ge=0.0)
     collapse_repeats: bool = False
-    batch_size: int = bounded(50, ge=1)
+    batch_size: int = bounded(50, ge=1, le=MAX_BATCH)
     cider_df_mode: Literal["image", "caption"] = "image"
     reward_include_eos: bool = False
     # bias metrics of `vlattn eval` (CHAIR, A@Attr; vlattn.data.bias): "auto" (the synthetic lexicon when the data
@@ -319,17 +337,18 @@ def validate_fields(obj: Any, where: str) -> None:
         obj.check(where)
 
 
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def _over_default(section: dataclasses.Field, value: Any) -> Any:
     """A partial mapping for a nested section completed from the section's default: ``schedule: {options:
     {warmup: 400}}`` keeps the default schedule's name. A :class:`Spec` naming another component than its
     default takes nothing from it (the default's options belong to the default component)."""
     if not isinstance(value, dict):
         return value
-    if section.default_factory is not dataclasses.MISSING:
-        default = section.default_factory()
-    elif section.default is not dataclasses.MISSING:
-        default = section.default
-    else:
+    default = _default(section)
+    if default is dataclasses.MISSING:
         return value
     if isinstance(default, Spec) and value.get("name", default.name) != default.name:
         return value
@@ -357,15 +376,22 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
                 pass
         expected = " or ".join(_type_name(option) for option in options)
         raise ConfigError(f"config key {where}: expected {expected}, got {value!r}")
-    if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if origin is float and isinstance(value, str):
+    if origin is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
         try:  # YAML 1.1 reads "5e-6" (no dot) as a string
-            return float(value)
-        except ValueError:
-            pass
+            number = float(value)
+        except (ValueError, OverflowError):
+            number = None
+        if number is not None and math.isfinite(number):
+            return number
+        if number is not None:
+            raise ConfigError(f"config key {where}: expected a finite number, got {value!r}")
     if origin is int and isinstance(value, int) and not isinstance(value, bool):
+        if not -_INT64 <= value < _INT64:
+            raise ConfigError(f"config key {where}: {value} is outside the 64-bit integer range")
         return value
+    if origin is str and isinstance(value, str) and any("\ud800" <= char <= "\udfff" for char in value):
+        # a YAML "\ud800" escape: not text, and no path, file or name can hold it
+        raise ConfigError(f"config key {where}: holds a lone UTF-16 surrogate, not text")
     if origin in (bool, str) and isinstance(value, origin):
         return value
     if origin is list and isinstance(value, list):
@@ -410,9 +436,31 @@ def value_at(cfg: Any, key: str) -> Any:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys, wrong types, choices and
-    values out of range (each a one-line ``ConfigError`` naming the key). The named components are checked by
-    :func:`vlattn.tasks.check_components`."""
+    values out of range (each a one-line ``ConfigError`` naming the key). The named components, and the keys set
+    that nothing reads, are checked by :func:`vlattn.tasks.check_components`."""
     return _build(Config, data, "")
+
+
+def named_keys(data: dict[str, Any] | None = None, overrides: Iterable[str] = ()) -> set[str]:
+    """The ``section.key`` (or top-level) keys given in the mapping ``data`` and by the ``overrides`` items."""
+    keys = {".".join(override_key(item).split(".")[:2]) for item in overrides}
+    for name, value in (data or {}).items():
+        keys |= {f"{name}.{key}" for key in value} if isinstance(value, dict) else {name}
+    return keys
+
+
+SECTIONS = ("model", "data", "train", "eval")
+
+
+
+
+def set_keys(cfg: Config) -> list[str]:
+    """The dotted keys of ``cfg``'s sections whose values differ from the defaults, in section order."""
+    keys = []
+    for section in SECTIONS:
+        values = getattr(cfg, section)
+        keys += [f"{section}.{f.name}" for f in dataclasses.fields(values) if getattr(values, f.name) != _default(f)]
+    return keys
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
@@ -420,11 +468,49 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def _shown(item: str, limit: int = 80) -> str:
+    """``item`` quoted for an error message, cut to ``limit`` characters (an override can be any length)."""
+    return repr(item if len(item) <= limit else item[:limit] + "...")
+
+
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
-        raise ConfigError(f"override {item!r}: expected key=value, e.g. train.epochs=3")
+        raise ConfigError(f"override {_shown(item)}: expected key=value, e.g. train.epochs=3")
     key, raw = item.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    try:
+        value = parse_text(raw, "yaml")
+    except ConfigError as err:
+        raise ConfigError(f"override {_shown(item)}: the value is {err}") from None
+    return key.strip().split("."), value
+
+
+def parse_text(text: str, syntax: Literal["yaml", "json"]) -> Any:
+    """The value of a YAML or JSON text, nested at most :data:`MAX_DEPTH` levels; a syntax error or deeper
+    nesting is a ``ConfigError`` saying where (``not valid YAML at line 1 column 13: ...``)."""
+    try:
+        value = json.loads(text) if syntax == "json" else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML{_yaml_where(err)}") from None
+    except RecursionError:  # both parsers recurse once per level of nesting
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Levels of mappings and lists in ``value`` (a scalar: 0), counted without recursion, stopping once past
+    :data:`MAX_DEPTH` (YAML anchors can make a small text a deep or shared structure)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack and deepest <= MAX_DEPTH:
+        node, level = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is not None:
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def override_key(item: str) -> str:
@@ -440,7 +526,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         for key in keys[:-1]:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {key} is not a section")
+                raise ConfigError(f"override {_shown(item)}: {key} is not a section")
         node[keys[-1]] = value
     return data
 
@@ -456,11 +542,9 @@ def _yaml_where(err: yaml.YAMLError) -> str:
 def _parse_file(text: str, source: str, as_json: bool) -> dict[str, Any]:
     """The mapping of a config file's ``text`` (JSON or YAML); errors name ``source``."""
     try:
-        data = (json.loads(text) if as_json else yaml.safe_load(text)) or {}
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{source}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source}: not valid YAML{_yaml_where(err)}") from None
+        data = parse_text(text, "json" if as_json else "yaml") or {}
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
     return data
@@ -484,13 +568,16 @@ def _read_mapping(ref: str | Path, relative_to: Path | None, chain: tuple[str, .
     if presets.is_name(ref):
         source = f"preset {ref}"
         text = presets.text(str(ref))
+        referrer = f"{chain[-1]}: base: " if chain else ""  # a base names the file that asked for it
         if text is None:
-            raise ConfigError(f"{ref}: no preset of that name (presets: {', '.join(presets.names())}; a config file "
-                              f"needs a .yaml/.json suffix or a directory part)")
+            raise ConfigError(f"{referrer}{ref}: no preset of that name (presets: {', '.join(presets.names())}; a "
+                              f"config file needs a .yaml/.json suffix or a directory part)")
         data, parent_dir = _parse_file(text, source, as_json=False), None
     else:
         path = Path(ref) if relative_to is None or Path(ref).is_absolute() else relative_to / ref
         source = str(path)
+        if chain and not path.is_file():
+            raise ConfigError(f"{chain[-1]}: base: {path}: config file not found")
         data, parent_dir = _parse_file(_read_file(path), source, as_json=path.suffix == ".json"), path.parent
     if source in chain:
         raise ConfigError(f"{chain[0]}: base chain {' -> '.join((*chain, source))} is a cycle")
@@ -524,15 +611,27 @@ def resolve_config_dict(ref: str | Path | None, overrides: list[str] | None = No
     return apply_overrides(data, overrides or [])
 
 
+def config_origin(ref: str | Path | None) -> str:
+    """How an error names where a config came from: ``preset NAME``, the file, or ``config`` (the defaults)."""
+    return f"preset {ref}" if ref is not None and presets.is_name(ref) else str(ref or "config")
+
+
+def load_named_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> tuple[Config, set[str]]:
+    """:func:`load_config`, and the ``section.key`` keys given explicitly: by the overrides and a shipped preset's
+    files. A user's file may be a full dump (``vlattn config show``, a run's config.yaml), so its keys count as
+    given only where they differ from the defaults (:func:`set_keys`)."""
+    data = resolve_config_dict(ref, overrides)
+    shipped = ref is not None and presets.is_name(ref)
+    try:
+        return config_from_dict(data), named_keys(data if shipped else None, overrides or [])
+    except ConfigError as err:
+        raise ConfigError(f"{config_origin(ref)}: {err}") from None
+
+
 def load_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """The config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
     directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
-    data = resolve_config_dict(ref, overrides)
-    try:
-        return config_from_dict(data)
-    except ConfigError as err:
-        where = f"preset {ref}" if ref is not None and presets.is_name(ref) else (ref or "config")
-        raise ConfigError(f"{where}: {err}") from None
+    return load_named_config(ref, overrides)[0]
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

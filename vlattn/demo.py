@@ -2,7 +2,9 @@
 the preset gives, ``auto``: chosen on validation), beside the best single constant caption.
 
 Usage: ``python -m vlattn.demo [--data data/synth] [--out runs/demo] [--config demo] [--no-scst]``.
-The XE run goes to OUT, the SCST run to OUT-scst. Re-running continues (or just re-evaluates) existing runs.
+The XE run goes to OUT, the SCST run to OUT-scst, the run report (curves of both stages, ``vlattn explain`` of three
+test images) to OUT/report/index.html. Re-running continues (or just re-evaluates) existing runs and keeps an
+existing report.
 Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
 little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
 137 s instead of 129 s). The figures are deterministic for a seed, a thread count and a CPU kernel path
@@ -29,6 +31,7 @@ from vlattn.errors import VlattnError
 from vlattn.metrics import best_constant_caption
 from vlattn.metrics.meteor import prestart as prestart_meteor
 from vlattn.tasks import EvalRequest, evaluate, format_report, train
+from vlattn.viz.report import write_report
 
 FLOOR_RATIO = 3.0
 
@@ -40,6 +43,15 @@ def constant_floor(data_root: Path, split: str = "test", num_candidates: int = 2
     counts = Counter(" ".join(tokens) for e in entries if e.split == "train" for tokens in e.captions)
     pool = sorted(counts, key=lambda c: (-counts[c], c))[:num_candidates]
     return best_constant_caption(refs, pool, tokenizer_backend="python")
+
+
+def write_demo_report(runs: list[Path], data_root: Path, out: Path, images: int = 3) -> Path:
+    """The run report (curves of both stages, explain for the first ``images`` test images by the last run) in
+    ``out``; an existing report is kept as it is (it is not replaced: remove it to write a new one)."""
+    if out.exists():
+        return out / "index.html"
+    test = [e.image_id for e in load_karpathy(data_root / "dataset.json") if e.split == "test"][:images]
+    return write_report(runs, test, out)
 
 
 class StageClock:
@@ -94,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                 reports[label] = evaluate(run, EvalRequest(split="test"))
         with clock.stage("constant-caption floor"):
             caption, floor = constant_floor(args.data)
+        with clock.stage("report"):
+            page = write_demo_report([run for _, run, _, _ in runs], args.data, args.out / "report")
         for label, report in reports.items():
             print(f"[{label}] " + format_report(report))
         print(f"  best constant caption {caption!r}: CIDEr-D {floor:.4f}")
@@ -103,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ratio:.1f}x the constant caption")
         final = reports[runs[-1][0]]["scores"]["CIDEr"]
         ratio = final / floor if floor > 0 else float("inf")
+        print(f"[demo] report: {page}")
         print(f"[demo] time: {clock.summary()}")
         print(f"[demo] final model {ratio:.1f}x the constant caption (required >= {FLOOR_RATIO:.0f}x); "
               f"done in {time.perf_counter() - start:.0f} s")

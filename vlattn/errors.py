@@ -27,8 +27,31 @@ class DataError(VlattnError):
         self.item = item
 
 
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """The message of ``err`` on one line, cut to ``limit`` characters (for quoting a library's error)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class WriteError(VlattnError):
+    """Writing a file or directory failed (disk full, a file-size limit, a read-only or forbidden place):
+    ``<path>: cannot write: <reason>``. What was there before is kept."""
+
+    def __init__(self, path: object, reason: BaseException | str) -> None:
+        if isinstance(reason, OSError):
+            reason = reason.strerror or str(reason)
+        text = " ".join(str(reason).split()) or "write failed"
+        super().__init__(f"{path}: cannot write: {text}")
+        self.path = path
+
+
 class ConfigError(VlattnError):
     """A config file or override that does not match the config dataclasses."""
+
+
+class TrainingDiverged(VlattnError):
+    """A training step gave a non-finite loss (NaN or infinity): the settings (learning rate, data) make the
+    optimisation diverge; the step is not applied."""
 
 
 class TrainingInterrupted(Exception):

@@ -231,3 +231,24 @@ def test_entries_are_the_parameter_when_recorded_and_a_constant_alias_without_gr
         assert not entries.requires_grad and entries.grad_fn is None
         assert entries.data_ptr() == dictionary.entries.data_ptr()  # no copy
         torch.testing.assert_close(entries[0], dictionary.entries.detach())
+
+
+def test_overwrite_replaces_only_a_dictionary_file(tmp_path: Path) -> None:
+    """``--overwrite`` replaces a dictionary file; a user's file or a link of that name stays (one-line error)."""
+    path = tmp_path / "image-5.npz"
+    write_dictionary(path, CENTRES, {"source": "image", "size": 5})
+    write_dictionary(path, 2 * CENTRES, {"source": "image", "size": 5})
+    assert np.array_equal(read_dictionary(path).entries, 2 * CENTRES)
+    with pytest.raises(DataError, match="exists; vlattn does not replace it"):
+        write_dictionary(path, CENTRES, {}, overwrite=False)
+    (tmp_path / "mine.txt").write_text("my notes")
+    path.unlink()
+    path.symlink_to(tmp_path / "mine.txt")
+    with pytest.raises(DataError, match="refusing to overwrite: not a file"):
+        write_dictionary(path, CENTRES, {})
+    path.unlink()
+    path.write_text("my notes")
+    with pytest.raises(DataError, match="refusing to overwrite: not a dictionary file written by vlattn"):
+        write_dictionary(path, CENTRES, {})
+    assert path.read_text() == (tmp_path / "mine.txt").read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["image-5.npz", "mine.txt"]

@@ -3,6 +3,7 @@ holding foreign files; leftovers of killed writers are cleaned, other hidden fil
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,24 +136,38 @@ def dead_pid() -> int:
     return child.pid
 
 
+def leftover(directory: Path, target: str, pid: int, ident: str, suffix: str = "tmp", *, marker_id: str | None = None,
+             kind: str = "temporary") -> Path:
+    """A directory named as vlattn's temporary of ``target`` with a marker of ``marker_id`` (None: no marker)."""
+    path = directory / f".{target}.{pid}.{ident}.{suffix}"
+    path.mkdir()
+    (path / "features.f16").write_bytes(b"partial")
+    if marker_id is not None:
+        (path / MARKER).write_text(json.dumps({"written_by": "vlattn", "kind": kind, "id": marker_id, "entries": []}))
+    return path
+
+
 def test_leftovers_of_killed_writers_are_cleaned_and_nothing_else(tmp_path: Path, source: Path) -> None:
+    """Removed: temporaries whose marker carries the id of their name, of a dead process. Kept: the same names
+    without a marker or with another id (a user's folder or a copy), a live process's, other hidden names."""
     from vlattn.data.features import convert_store
 
     dead, alive = dead_pid(), os.getpid()
-    stale_dir = tmp_path / f".out.{dead}.abcd1234.tmp"
-    stale_old = tmp_path / f".out.{dead}.efgh5678.old"
-    stale_file = tmp_path / f".out.h5.{dead}.ijkl9012.tmp"
-    running = tmp_path / f".out.{alive}.mnop3456.tmp"
-    hidden = [tmp_path / ".out.notes.tmp", tmp_path / f".other.{dead}.qrst7890.tmp", tmp_path / ".out.tmp"]
-    for directory in (stale_dir, stale_old, running):
-        directory.mkdir()
-        (directory / "features.f16").write_bytes(b"partial")
-    for file in (stale_file, *hidden):
-        file.write_text("keep me" if file in hidden else "partial")
+    ids = [f"{n:016x}" for n in range(8)]
+    stale = [leftover(tmp_path, "out", dead, ids[0], marker_id=ids[0]),
+             leftover(tmp_path, "out", dead, ids[1], "old", marker_id=ids[1], kind="memmap"),
+             leftover(tmp_path, "out.h5", dead, ids[2], marker_id=ids[2])]
+    kept = [leftover(tmp_path, "out", dead, ids[3]), leftover(tmp_path, "out", dead, ids[4], marker_id=ids[5]),
+            leftover(tmp_path, "out", alive, ids[6], marker_id=ids[6])]
+    hidden = [tmp_path / ".out.notes.tmp", tmp_path / f".other.{dead}.qrst7890.tmp", tmp_path / ".out.tmp",
+              tmp_path / f".out.{dead}.{ids[7]}.tmp.txt"]
+    for file in hidden:
+        file.write_text("keep me")
     convert_store(source, tmp_path / "out", "npz-dir")
     convert_store(source, tmp_path / "out.h5", "m2-hdf5")
-    assert not stale_dir.exists() and not stale_old.exists() and not stale_file.exists()
-    assert running.is_dir() and all(file.read_text() == "keep me" for file in hidden)
+    assert not any(path.exists() for path in stale)
+    assert all((path / "features.f16").read_bytes() == b"partial" for path in kept)
+    assert all(file.read_text() == "keep me" for file in hidden)
 
 
 @pytest.mark.parametrize("command", ["synth", "convert"])
@@ -206,7 +221,7 @@ def test_a_writer_killed_between_its_swap_renames_loses_nothing(
     pid = child.wait_ready()
     child.kill()
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out."))
-    assert not out.exists() and [name[-4:] for name in leftovers] == [".old", ".tmp"]
+    assert not out.exists() and sorted(name[-4:] for name in leftovers) == [".old", ".tmp"]
     assert all(name.startswith(f".out.{pid}.") for name in leftovers)
     if command == "synth":
         data = load_caption_data(DataConfig(root=str(out)))
@@ -215,7 +230,74 @@ def test_a_writer_killed_between_its_swap_renames_loses_nothing(
         store = open_store(out)
         assert isinstance(store, NpzDirStore) and store.ids() == [0, 1, 2]
         assert np.allclose(store.get(0).features, regions(0)[0][1].features, atol=1e-3)  # the new store's, not regions(1)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == [leftovers[0]]  # the .old
+    old = [name for name in leftovers if name.endswith(".old")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == old
     code, _, err = vlattn_cli(*args, "--overwrite")
     assert code == 0, err
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+SYNTH = ["--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8", "--epochs", "1"]
+
+
+def tree(path: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(path)): None if p.is_dir() else p.read_bytes() for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("planted", ["vqa/my_labels.json", "images/notes/todo.txt", "features/README",
+                                     "images/synth_000001.png"])
+def test_synth_overwrite_refuses_a_set_with_a_users_file_in_a_subfolder(
+    planted: str, tmp_path: Path, vlattn_cli
+) -> None:
+    """Every file and folder of the set is listed in its marker: a user's file at any depth (or one of the set's
+    files replaced by a link to the user's) makes ``--overwrite`` refuse, and everything stays."""
+    from tests.test_bad_input import one_line
+
+    out = tmp_path / "s"
+    generate(out, **TINY)
+    target = out / planted
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():  # one of the set's own files, now a link to the user's
+        (tmp_path / "mine.png").write_bytes(b"mine")
+        target.unlink()
+        target.symlink_to(tmp_path / "mine.png")
+    else:
+        target.write_text("{}")
+    before = tree(out)
+    code, _, err = vlattn_cli("data", "synth", "--out", str(out), *SYNTH, "--overwrite")
+    named = "images/notes, images/notes/todo.txt" if planted.startswith("images/notes") else planted
+    assert code == 2 and one_line(err) and f"it holds files vlattn did not write: {named};" in err, err
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("who", ["user", "user, --overwrite", "second writer"])
+@pytest.mark.parametrize("command", ["synth", "convert"])
+def test_a_destination_that_appears_while_writing_is_kept(
+    command: str, who: str, tmp_path: Path, source: Path, vlattn_cli
+) -> None:
+    """The destination is checked again at the moment of the swap: a folder the user created while ``data
+    synth``/``convert`` ran (also with ``--overwrite``: it has no marker), or the output of a second writer that
+    finished first, stays; the late writer exits 2 naming it and leaves no temporary behind."""
+    from tests.test_bad_input import one_line
+    from tests.training.subproc import Child
+
+    out = tmp_path / "out"
+    args = {"synth": ["data", "synth", "--out", str(out), *SYNTH],
+            "convert": ["data", "convert", "--from", str(source), "--to", str(out), "--format", "memmap"]}[command]
+    hook = f"storewait:{2 if command == 'synth' else 1}"  # synth: swap 1 is the feature store inside the set
+    late = Child(tmp_path, hook, *args, *(["--overwrite"] if who == "user, --overwrite" else []))
+    late.wait_ready()
+    if who == "second writer":
+        code, _, err = vlattn_cli(*args)
+        assert code == 0, err
+    else:
+        out.mkdir()
+        (out / "thesis.tex").write_text("t")
+    before = tree(out)
+    late.go()
+    code, err = late.finish()
+    expected = "refusing to overwrite: it has no .vlattn.json marker" if who == "user, --overwrite" else \
+        "appeared while vlattn was writing it"
+    assert code == 2 and one_line(err) and expected in err, err
+    assert tree(out) == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]

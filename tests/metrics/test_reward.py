@@ -92,3 +92,12 @@ def test_cache_round_trip_and_rebuild(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError, match="image, caption"):
         CiderDocumentFrequency.build(TRAIN, mode="corpus")
+
+
+def test_a_file_that_is_not_a_table_is_left_in_place(tmp_path: Path) -> None:
+    """The cache path holding someone else's file: the table is built and used, the file kept."""
+    path = tmp_path / "df.npz"
+    path.write_text("my notes")
+    table = CiderDocumentFrequency.cached(path, [["a b", "a d"], ["b c"]], mode="caption", tokenization="v1")
+    assert table.num_documents == 3 and path.read_text() == "my notes"  # caption mode: one per caption
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["df.npz"]

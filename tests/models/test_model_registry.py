@@ -221,9 +221,18 @@ def test_config_errors_name_the_key_at_load_time(overrides, message) -> None:
         valid_config(data)
 
 
-def test_validation_builds_nothing_real() -> None:
-    # the full-size M2 validates on the meta device: no weights are allocated
-    check_model_config(ModelConfig(kind="m2", d_model=4096, d_ff=16384, encoder_layers=12, decoder_layers=12), 100_000)
+def test_validation_builds_nothing_real(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a large M2 (42 GiB of float32 weights at 100,000 words) validates on the meta device: no weights are
+    # allocated; where the memory available is smaller, it is refused from that structure alone
+    from vlattn.models import footprint
+
+    cfg = ModelConfig(kind="m2", d_model=4096, d_ff=16384, encoder_layers=12, decoder_layers=12)
+    monkeypatch.setattr(footprint, "available_memory", lambda: 1 << 50)
+    check_model_config(cfg, 100_000)
+    monkeypatch.setattr(footprint, "available_memory", lambda: 1 << 30)
+    with pytest.raises(ConfigError, match=r"model\.d_model=4096: the model's weights need 42\.1 GiB, more than the "
+                                          r"1\.0 GiB of memory available"):
+        check_model_config(cfg, 100_000)
 
 
 def test_encoder_layers_are_assembled_from_injected_parts() -> None:

@@ -1,7 +1,9 @@
-"""Same seed -> byte-identical files; another seed -> another data set."""
+"""Same seed -> byte-identical files; another seed -> another data set. The markers (``.vlattn.json``) differ
+only in their random ids."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from vlattn.data.synth import generate
@@ -10,7 +12,16 @@ TINY = {"images": 16, "feature_dim": 16, "extractor_epochs": 1, "val_size": 3, "
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file's bytes; a marker's without its random id."""
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.name == ".vlattn.json":
+            marker = json.loads(data)
+            assert len(marker.pop("id")) == 16
+            data = json.dumps(marker, sort_keys=True).encode()
+        files[str(path.relative_to(root))] = data
+    return files
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:

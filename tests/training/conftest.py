@@ -117,13 +117,14 @@ def make_tiny_vqa_data(root: Path, images: int = 36, seed: int = 0) -> Path:
     return root
 
 
-def tiny_vqa_config(root: Path, *extra: str) -> Config:
+def tiny_vqa_config(root: Path, *extra: str, stack: bool = True) -> Config:
     """A 1+1-layer d=32 MCAN on the tiny VQA data (every answer of the 24 training images is a candidate
-    at ``answer_min_count`` 2)."""
+    at ``answer_min_count`` 2). ``stack=False`` leaves out the MCAN stack's keys (heads, FFN, layers), for a
+    model kind that does not read them."""
+    mcan = ["model.num_heads=2", "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1"] if stack else []
     return load_valid_config(None, [
         "task=vqa", "model.kind=mcan", f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4",
-        "data.answer_min_count=2", f"model.feature_dim={DIM}", "model.d_model=32", "model.num_heads=2",
-        "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.1",
+        "data.answer_min_count=2", f"model.feature_dim={DIM}", "model.d_model=32", *mcan, "model.dropout=0.1",
         "model.options.word_dim=16", "train.epochs=10", "train.batch_size=8", "train.log_every=1",
         "train.schedule.name=constant", "train.schedule.options.lr=0.003", "train.bce_reduction=sum_answers",
         "eval.batch_size=16", *extra,

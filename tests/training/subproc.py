@@ -14,7 +14,9 @@ send it real signals.
 - ``store:N``           waits forever before the N-th swap of a complete feature store or synthetic set
                         (``data convert``, ``data synth``) into place;
 - ``storeswap:N``       waits forever between the two renames of that N-th swap (the replaced directory
-                        moved aside, the new one not yet in place).
+                        moved aside, the new one not yet in place);
+- ``storewait:N``       waits before that N-th swap until the file ``FILE.go`` exists, then goes on
+                        (:meth:`Child.go`).
 
 ``--rank R``: under torchrun only rank R stops (the other ranks run on).
 """
@@ -44,6 +46,14 @@ def ready(file: Path) -> None:
 def wait_forever() -> None:
     while True:
         time.sleep(0.05)
+
+
+def wait_for_file(file: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not file.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{file} never appeared")
+        time.sleep(0.01)
 
 
 def wait_for_signals(count: int) -> None:
@@ -90,11 +100,11 @@ def between_renames(owner: Any, number: int, file: Path) -> None:
 
     real_replace_dir, calls = vlattn.io.replace_dir, {"n": 0}
 
-    def replace_dir(tmp: Path, path: Path) -> None:
+    def replace_dir(tmp: Path, path: Path, *args: Any) -> None:
         calls["n"] += 1
         if calls["n"] == number:
-            on_call(vlattn.io.os, "replace", 2, lambda: (ready(file), wait_forever()))
-        real_replace_dir(tmp, path)
+            on_call(vlattn.io, "rename_noreplace", 2, lambda: (ready(file), wait_forever()))
+        real_replace_dir(tmp, path, *args)
 
     owner.replace_dir = replace_dir
 
@@ -128,6 +138,8 @@ def install(hook: str, file: Path) -> None:
         between_renames(storage, number, file)
     elif kind == "store":
         on_call(storage, "replace_dir", number, lambda: (ready(file), wait_forever()))
+    elif kind == "storewait":
+        on_call(storage, "replace_dir", number, lambda: (ready(file), wait_for_file(file.with_name(file.name + ".go"))))
     else:
         raise SystemExit(f"unknown hook {hook!r}")
 
@@ -157,6 +169,10 @@ class Child:
             assert time.monotonic() < deadline, "child never reached its hook"
             time.sleep(0.02)
         return int(file.read_text())
+
+    def go(self) -> None:
+        """Let a child stopped at a ``storewait`` hook go on."""
+        self.ready.with_name(self.ready.name + ".go").write_text("go")
 
     def finish(self) -> tuple[int, str]:
         _, err = self.process.communicate(timeout=300)

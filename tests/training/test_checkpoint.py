@@ -15,7 +15,7 @@ from vlattn.config import Config, config_to_dict
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
-from vlattn.training.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from vlattn.training.checkpoint import load_checkpoint, save_checkpoint
 
 WORDS = Vocabulary(["a", "dog", "cat"])
 ANSWERS = AnswerVocabulary(["yes", "no", "2"])
@@ -36,7 +36,7 @@ def write(path: Path, **vocabularies) -> Path:
 def test_named_vocabularies_are_files_with_their_hashes_in_the_weights(tmp_path: Path) -> None:
     ckpt = write(tmp_path / "ckpt", words=WORDS, answers=ANSWERS)
     assert sorted(p.name for p in ckpt.iterdir()) == [
-        "config.json", "model.safetensors", "vocab-answers.json", "vocab-words.json"]
+        ".vlattn.json", "config.json", "model.safetensors", "vocab-answers.json", "vocab-words.json"]
     loaded = load_checkpoint(ckpt)
     assert loaded.vocabulary("words", Vocabulary.load).itos == WORDS.itos
     assert loaded.vocabulary("answers", AnswerVocabulary.load).itos == ANSWERS.itos
@@ -65,26 +65,17 @@ def test_missing_vocabularies_are_named(tmp_path: Path) -> None:
         load_checkpoint(ckpt).vocabulary("words", Vocabulary.load)
 
 
-def write_legacy(path: Path, model: torch.nn.Module, config: dict, vocab: Vocabulary) -> Path:
-    """A checkpoint as vlattn wrote it before named vocabularies: ``vocab.json``, no weights metadata and no
-    ``task`` in the config."""
-    path.mkdir(parents=True)
-    save_model(model, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "task"}))
-    vocab.save(path / "vocab.json")
-    return path
-
-
-def test_old_checkpoints_read_vocab_json_as_the_words_vocabulary(tmp_path: Path) -> None:
+def test_a_vocab_json_is_not_read_as_the_words_vocabulary(tmp_path: Path) -> None:
+    """``vocab.json`` was the vocabulary's name only during development: a checkpoint holding it and no
+    ``vocab-words.json`` has no words vocabulary."""
     torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    ckpt = write_legacy(tmp_path / "old", model, config_to_dict(Config()), WORDS)
-    loaded = load_checkpoint(ckpt)
-    assert loaded.config.task == "captioning" and loaded.hashes == {}
-    assert loaded.vocabulary("words", Vocabulary.load).itos == WORDS.itos
-    fresh = torch.nn.Linear(3, 2)
-    load_weights(fresh, loaded)
-    assert torch.equal(fresh.weight, model.weight)
+    path = tmp_path / "old"
+    path.mkdir()
+    save_model(torch.nn.Linear(3, 2), str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(config_to_dict(Config())))
+    WORDS.save(path / "vocab.json")
+    with pytest.raises(DataError, match="checkpoint has no 'words' vocabulary"):
+        load_checkpoint(path).vocabulary("words", Vocabulary.load)
 
 
 def test_malformed_metadata_is_named(tmp_path: Path) -> None:

@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from vlattn.errors import VlattnError
 from vlattn.training.distributed import DistContext
 from vlattn.training.logging import RunLog
-from vlattn.training.loop import EpochBatchSampler, LoopOptions, LoopState, Trainer
+from vlattn.training.loop import EpochBatchSampler, LoopOptions, Trainer
 from vlattn.training.optim import build_optimizer
 from vlattn.training.schedules import Constant
 
@@ -75,16 +76,12 @@ def test_positions_are_global_across_ranks() -> None:
     # the 3 samples after 37 make one batch, which one rank alone cannot take: left out as before
 
 
-def test_states_saved_in_batches_are_converted_with_their_batch_size(tmp_path: Path) -> None:
-    legacy = {"epoch": 1, "batch_in_epoch": 3, "step": 9, "best_score": 0.5}
-    assert LoopState.from_dict(legacy, samples_per_batch=4) == LoopState(1, 12, 9, 0.5, -1)
-    seen: list[int] = []
+def test_a_state_counting_batches_instead_of_samples_is_refused(tmp_path: Path) -> None:
+    """``batch_in_epoch`` counted the position during development only: such a state is a one-line error."""
     saved: dict = {}
-    trainer(4, seen, saved, epochs=1).fit(RunLog(tmp_path))
+    trainer(4, [], saved, epochs=1).fit(RunLog(tmp_path))
     state = saved["last"]
-    state["loop"] = {"epoch": 0, "batch_in_epoch": 2, "step": 2, "best_score": float("-inf"), "batch_size": 4}
-    resumed_seen: list[int] = []
-    resumed = trainer(5, resumed_seen, {}, epochs=1)
-    resumed.restore(state)
-    resumed.fit(RunLog(tmp_path))
-    assert Counter(seen[:8] + resumed_seen) == Counter(range(ITEMS))
+    state["loop"] = {"epoch": 0, "batch_in_epoch": 2, "step": 2, "best_score": float("-inf")}
+    with pytest.raises(VlattnError, match="cannot resume: the checkpoint's training state has no valid loop "
+                                          "counters \\(missing or bad 'sample_in_epoch'\\)"):
+        trainer(5, [], {}, epochs=1).restore(state)

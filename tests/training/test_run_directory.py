@@ -106,8 +106,9 @@ def test_the_lock_is_the_os_lock_of_the_holding_process(tmp_path: Path, vlattn_c
     run.mkdir()
     with run_lock(run):
         code, _, err = vlattn_cli(*train_args(config_file, run))
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else was written
     assert code == 2 and f"in use by process {os.getpid()}" in err
-    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else was written
+    assert not any(run.iterdir())  # the lock file goes with its holder
 
 
 def test_forked_children_do_not_keep_the_lock(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_kill_between_the_renames_of_a_checkpoint_swap(config_file: Path, straig
     child.wait_ready()
     child.kill()
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert "last" not in names and [n.rsplit(".", 1)[1] for n in names] == ["old", "tmp"], names
+    assert "last" not in names and sorted(n.rsplit(".", 1)[1] for n in names) == ["old", "tmp"], names
     code, _, err = vlattn_cli("train", "--out", str(run), "--resume", "--device", "cpu")
     assert code == 0, err
     start = records(run, "history.jsonl")[-1]
@@ -292,7 +293,7 @@ def test_a_vqa_run_killed_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_o
 
 @pytest.mark.parametrize("mask", [0o022, 0o027])
 def test_run_files_get_the_permissions_of_the_umask(mask: int, tiny_data: Path, tmp_path: Path) -> None:
-    """Checkpoints, config, logs, the lock: as ``open``/``mkdir`` would create them (not mkstemp's 0600/0700)."""
+    """Checkpoints, config, logs: as ``open``/``mkdir`` would create them (not mkstemp's 0600/0700); the lock file is gone."""
     old = os.umask(mask)
     try:
         tasks.train(tiny_config(tiny_data, "train.epochs=1", "train.max_steps=2"), tmp_path / "run", device="cpu")
@@ -301,5 +302,5 @@ def test_run_files_get_the_permissions_of_the_umask(mask: int, tiny_data: Path, 
     entries = [tmp_path / "run", *(tmp_path / "run").rglob("*")]
     assert {oct(p.stat().st_mode & 0o777) for p in entries if p.is_dir()} == {oct(0o777 & ~mask)}
     files = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in entries if p.is_file()}
-    assert {"run/.lock", "run/config.yaml", "run/checkpoints/last/model.safetensors"} <= files.keys()
+    assert {"run/config.yaml", "run/checkpoints/last/model.safetensors"} <= files.keys() and "run/.lock" not in files
     assert set(files.values()) == {oct(0o666 & ~mask)}, files

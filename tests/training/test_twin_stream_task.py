@@ -27,7 +27,7 @@ TWIN = ["model.kind=twin_stream", "model.d_model=16", "model.dropout=0.0", "mode
 def twin_config(root: Path, attention: str, *extra: str):
     """The tiny VQA config with the twin-stream model of ``attention`` units (T = 2)."""
     return tiny_vqa_config(root, *TWIN, f"model.options.attention.name={attention}",
-                           "model.options.attention.options.units=2", *extra)
+                           "model.options.attention.options.units=2", *extra, stack=False)
 
 
 def write(path: Path, cfg) -> Path:

@@ -72,9 +72,9 @@ def test_compare_measures_every_run_alike(tiny_run: Path, tmp_path: Path, vlattn
     from vlattn.viz.compare import compare
 
     first, second = tmp_path / "first", tmp_path / "second"
-    shutil.copytree(tiny_run, first)
-    shutil.copytree(tiny_run, second)
-    (first / "eval").mkdir(exist_ok=True)
+    for copy in (first, second):  # without whatever evaluation other tests left in the shared run
+        shutil.copytree(tiny_run, copy, ignore=shutil.ignore_patterns("eval"))
+    (first / "eval").mkdir()
     (first / "eval" / "test_metrics.json").write_text(json.dumps({"scores": {"CIDEr": 0.5, "Bleu_4": 0.25}}))
     columns, rows = compare([first, second], repeats=1)
     assert rows["first"]["CIDEr"] == 0.5 and "CIDEr" not in rows["second"]  # the second was never evaluated
@@ -84,3 +84,19 @@ def test_compare_measures_every_run_alike(tiny_run: Path, tmp_path: Path, vlattn
     assert code == 0, err
     assert out.splitlines()[0].startswith("| run | CIDEr | Bleu_4 | parameters")
     assert Image.open(tmp_path / "c.png").format == "PNG"
+
+
+def test_run_report_links_curves_and_explanations(tiny_run: Path, tmp_path: Path) -> None:
+    from vlattn.viz.report import write_report
+
+    page = write_report([tiny_run], [130, 131], tmp_path / "report")
+    text = page.read_text()
+    links = re.findall(r"<a href='([^']+)'", text)
+    assert links == ["image-130/index.html", "image-131/index.html"]
+    assert re.findall(r"<img src='([^']+)'", text) == ["curves.png"]
+    for link in links:
+        sub = page.parent / link
+        for image in re.findall(r"<img src='([^']+)'", sub.read_text()):
+            assert Image.open(sub.parent / image).format == "PNG"
+    with pytest.raises(DataError, match="the report is written to a new directory"):
+        write_report([tiny_run], [130], tmp_path / "report")

@@ -24,15 +24,22 @@ KINDS = {
     "m2-demo": (["model.encoder_self_attention.options.slots=4"], ["M2: meshed gates per word",
                                                                    "M2: share of encoder attention on memory slots"]),
     "catt-demo": (["model.options.image_dictionary.size=5", "model.options.word_dictionary.size=5"],
-                  ["CATT: in-sample share of the fused output per word"]),
+                  ["CATT: in-sample share of the fused output per word", "CATT: most-attended word dictionary entries",
+                   "CATT: most-attended image dictionary entries"]),
     "updown-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8"], []),
     "updown-sla-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8"],
                         ["Stacked attention: every unit's map"]),
     "ng-san-demo": ([], ["NG-SAN: geometry bias from region"]),
     "lw-demo": ([], []),
     "updown-catt-demo": (["model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8",
-                          "model.decoder_cross_attention.options.dictionary.size=5"], []),
-    "vqa-sla-demo": (["model.options.word_dim=8", "model.options.lstm_dim=8", "model.options.fusion_dim=8"], []),
+                          "model.decoder_cross_attention.options.dictionary.size=5"],
+                         ["CATT: most-attended image dictionary entries"]),
+    "vqa-sla-demo": (["model.options.word_dim=8", "model.options.lstm_dim=8", "model.options.fusion_dim=8"],
+                     ["Stacked attention over the regions: visual", "Stacked attention over the question: textual"]),
+    "vqa-lxmert": (["model.options.object_layers=1", "model.max_positions=32", "data.max_regions=8",
+                    "data.questions=vqa/questions_{split}.json", "data.annotations=vqa/annotations_{split}.json",
+                    "data.vqa_splits={train: [train], val: [val], test: [test]}", "data.answer_min_count=1"],
+                   ["Question-guided attention (last image layer)"]),
     "vqa-demo": (["model.options.word_dim=8"], ["Attention reduction over the regions",
                                                 "Question-guided attention (last image layer)"]),
     "vqa-catt-demo": (["model.options.word_dim=8", "model.options.image_dictionary.size=5",
@@ -53,7 +60,7 @@ def checkpoint(synth: Path, tmp_path: Path, preset: str, extra: list[str]) -> Pa
     overrides = [f"data.root={synth}", "model.feature_dim=32", "data.vocab_min_count=1"]
     if name == "ng-san":  # the full-size NG-SAN preset with the demo data's sizes
         overrides += ["data.karpathy=dataset.json", "data.features=features"]
-    kind_tiny = [] if "updown" in preset else TINY
+    kind_tiny = [] if "updown" in preset or preset == "vqa-sla-demo" else TINY  # kinds without Transformer stacks
     cfg = load_valid_config(name, [*overrides, *kind_tiny, *extra])
     stage = next(iter(task_of(cfg.task).stages.values()))
     data = stage.load_data(cfg, None)
@@ -93,3 +100,29 @@ def test_refusals(synth: Path, tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     with pytest.raises(DataError, match="explain writes a new directory"):
         explain(path, 21, tmp_path / "taken")
+
+
+@pytest.mark.slow
+def test_the_page_renders_in_a_headless_browser(synth: Path, tmp_path: Path) -> None:
+    """The page opened from disk by headless Chromium (Debian's `chromium`; skipped where it is not installed)
+    shows the pictures: the screenshot is not one flat colour."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no headless Chromium installed (apt-get install chromium)")
+    page = explain(checkpoint(synth, tmp_path, "demo", []), 21, tmp_path / "explain")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
+    assert pixels.std() > 10  # text and pictures, not a blank page
+    assert (pixels < 128).mean() > 0.01  # some dark content (text, boxes, image)

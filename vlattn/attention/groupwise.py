@@ -53,7 +53,7 @@ from torch import nn
 
 from vlattn.attention.base import AttentionDims, Capabilities
 from vlattn.attention.mha import MultiHeadAttention
-from vlattn.config import bounded
+from vlattn.config import MAX_HEADS, bounded
 from vlattn.layers.grouped import GroupedLinear
 
 
@@ -66,8 +66,8 @@ class GroupMultiHeadAttention(MultiHeadAttention):
         """``groups`` k (divides the heads), ``expansion`` n of the query/key head width, ``share_weights``
         (WS) across groups, ``group_merge`` (G-LML)."""
 
-        groups: int = bounded(2, ge=1)
-        expansion: int = bounded(1, ge=1)
+        groups: int = bounded(2, ge=1, le=MAX_HEADS)
+        expansion: int = bounded(1, ge=1, le=MAX_HEADS)
         share_weights: bool = True
         group_merge: bool = False
 

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from vlattn.attention.base import AttentionContext, AttentionDims, Capabilities, Site
 from vlattn.attention.mha import MultiHeadAttention
+from vlattn.config import MAX_WIDTH, bounded
 from vlattn.errors import ConfigError
 
 Phi = Literal["content_independent", "query_dependent", "key_dependent"]
@@ -107,7 +108,7 @@ class GeometryAwareSelfAttention(MultiHeadAttention):
         variant (``signed``)."""
 
         phi: list[Phi] = field(default_factory=lambda: ["query_dependent"])
-        d_g: int | None = None
+        d_g: int | None = bounded(None, ge=1, le=MAX_WIDTH)
         geometry: Literal["paper", "signed"] = "paper"
 
         def check(self, where: str) -> None:

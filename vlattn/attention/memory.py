@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from vlattn.attention.base import AttentionDims
 from vlattn.attention.cache import KeyValueSource, Projector
 from vlattn.attention.mha import MultiHeadAttention
-from vlattn.config import bounded
+from vlattn.config import MAX_WIDTH, bounded
 
 # name -> (initialise the (m, d) key and value slots in place; return the (key, value) scales at use)
 MemoryInit = Callable[[nn.Parameter, nn.Parameter, int], tuple[float, float]]
@@ -102,7 +102,7 @@ class MemoryAugmentedAttention(MultiHeadAttention):
         """``slots``: m, the number of memory slots (M2 Table 6: 20-60, default 40); ``init``: a key of
         :data:`MEMORY_INITS`."""
 
-        slots: int = bounded(40, ge=1)
+        slots: int = bounded(40, ge=1, le=MAX_WIDTH)
         init: Literal["paper", "official"] = "paper"
 
     no_weight_decay: ClassVar[tuple[str, ...]] = ("memory_keys", "memory_values")

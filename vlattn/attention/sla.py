@@ -66,7 +66,7 @@ from vlattn.attention.base import AttentionContext, AttentionDims, Capabilities,
 from vlattn.attention.cache import KeyValueSource, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
 from vlattn.attention.stacked import AttentionUnit, StackTrace, UnitStack
-from vlattn.config import bounded
+from vlattn.config import MAX_HEADS, MAX_LENGTH, bounded
 from vlattn.errors import ConfigError
 from vlattn.layers.boxes import BOX_CHANNELS, box_channels
 from vlattn.layers.pooling import masked_max, masked_mean
@@ -234,11 +234,11 @@ class StackedLatentAttention(UnitStack):
         """``units``: T; ``activation``: sigma; ``position``: the positional bias (``boxes``, ``grid``, ``none``)
         with ``bias_channels`` P and, for ``grid``, ``grid_cells`` = k^2 keys; ``pooling``: ``mean`` or ``max``."""
 
-        units: int = bounded(3, ge=1)
+        units: int = bounded(3, ge=1, le=MAX_HEADS)
         activation: Literal["relu", "tanh"] = "relu"
         position: Literal["boxes", "grid", "none"] = "boxes"
-        bias_channels: int = bounded(1, ge=1)
-        grid_cells: int = bounded(196, ge=1)
+        bias_channels: int = bounded(1, ge=1, le=MAX_HEADS)
+        grid_cells: int = bounded(196, ge=1, le=MAX_LENGTH)
         pooling: Literal["mean", "max"] = "mean"
 
     capabilities: ClassVar[Capabilities] = Capabilities(

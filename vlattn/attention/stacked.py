@@ -30,7 +30,7 @@ from vlattn.attention.additive import attend_values
 from vlattn.attention.base import AttentionContext, AttentionDims, AttentionOutput, Capabilities, Site
 from vlattn.attention.cache import KeyValueSource, fetch_projections
 from vlattn.attention.mha import attention_logits_mask
-from vlattn.config import bounded
+from vlattn.config import MAX_HEADS, bounded
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "tanh": torch.tanh}
 
@@ -123,7 +123,7 @@ class StackedAttention(UnitStack):
     class Options:
         """``units``: T, the number of stacked attention layers; ``activation``: sigma of every unit."""
 
-        units: int = bounded(3, ge=1)
+        units: int = bounded(3, ge=1, le=MAX_HEADS)
         activation: Literal["relu", "tanh"] = "relu"
 
     capabilities: ClassVar[Capabilities] = Capabilities(

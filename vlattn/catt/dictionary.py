@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from vlattn.catt.files import read_dictionary, resolve_dictionary_path
 from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
-from vlattn.config import bounded
+from vlattn.config import MAX_SAMPLE, MAX_WIDTH, bounded
 from vlattn.data.resources import PrepareResources
 from vlattn.errors import ConfigError, DataError
 
@@ -57,10 +57,10 @@ class DictionaryOptions:
     k-means (all of them when the training set has fewer); ``cap``: ``vocabulary`` limits a word dictionary to the
     vocabulary's size (see the module docstring)."""
 
-    size: int = bounded(500, ge=1)
+    size: int = bounded(500, ge=1, le=MAX_WIDTH)
     init: Literal["kmeans", "random", "file"] = "kmeans"
     path: str = ""
-    sample: int = bounded(100_000, ge=1)
+    sample: int = bounded(100_000, ge=1, le=MAX_SAMPLE)
     cap: Literal["none", "vocabulary"] = "none"
 
     def check(self, where: str) -> None:

@@ -40,11 +40,22 @@ class DictionaryFile:
     meta: dict[str, Any]
 
 
-def write_dictionary(path: str | Path, entries: np.ndarray, meta: dict[str, Any]) -> Path:
-    """Write ``entries`` (K, D) and ``meta`` to ``path`` atomically (an existing file is replaced only once the new
-    one is complete)."""
+def replaceable_dictionary(path: Path) -> None:
+    """Raise unless ``path`` is a dictionary file (what ``overwrite`` may replace; anything else is the user's)."""
+    if path.is_symlink() or not path.is_file():
+        raise DataError("refusing to overwrite: not a file (a link or a directory)", path=path)
+    try:
+        read_dictionary(path)
+    except DataError:
+        raise DataError("refusing to overwrite: not a dictionary file written by vlattn (remove it yourself or "
+                        "choose another --out)", path=path) from None
+
+
+def write_dictionary(path: str | Path, entries: np.ndarray, meta: dict[str, Any], *, overwrite: bool = True) -> Path:
+    """Write ``entries`` (K, D) and ``meta`` to ``path`` atomically. An existing file is replaced only with
+    ``overwrite`` and only if it is a dictionary file (checked when the new one is complete); never a link."""
     path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+    with atomic_path(path, replace=replaceable_dictionary if overwrite else False) as tmp, open(tmp, "wb") as handle:
         np.savez(handle, entries=np.asarray(entries, dtype=np.float32), meta=np.asarray(json.dumps(meta, sort_keys=True)))
     return path
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from enum import Enum
 from pathlib import Path
@@ -50,7 +51,7 @@ def dictionary(
     import torch
 
     from vlattn.catt.dictionary import fit_entries
-    from vlattn.catt.files import default_dictionary_path, write_dictionary
+    from vlattn.catt.files import default_dictionary_path, replaceable_dictionary, write_dictionary
     from vlattn.validation import load_valid_config
     from vlattn.errors import ConfigError, DataError
     from vlattn.tasks import stage_of, task_of
@@ -60,8 +61,10 @@ def dictionary(
     if data is not None:
         cfg.data.root = str(data)
     target = out if out is not None else default_dictionary_path(cfg.data.root, source.value, size)
-    if target.exists() and not overwrite:
-        raise DataError("exists; pass --overwrite to replace it", path=target)
+    if os.path.lexists(target):
+        if not overwrite:
+            raise DataError("exists; pass --overwrite to replace it", path=target)
+        replaceable_dictionary(target)
     model, saved = None, None
     if source is DictionarySource.word:
         if checkpoint is None:
@@ -82,6 +85,6 @@ def dictionary(
     seconds = time.perf_counter() - start
     meta = {**fitted.meta, "data_root": str(cfg.data.root), "features": cfg.data.features, "run_seed": seed,
             "checkpoint": None if checkpoint is None else str(checkpoint), "seconds": round(seconds, 1)}
-    write_dictionary(target, fitted.entries, meta)
+    write_dictionary(target, fitted.entries, meta, overwrite=overwrite)
     typer.echo(f"wrote {target}: {size} x {dim} ({fitted.meta.get('rows', fitted.meta.get('tokens'))} "
                f"{'regions' if source is DictionarySource.image else 'word tokens'}, {seconds:.1f} s)")

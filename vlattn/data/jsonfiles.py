@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,40 @@ def read_json(path: str | Path) -> Any:
     if not path.is_file():
         raise DataError("file not found", path=path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise DataError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}", path=path) from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise DataError("malformed JSON: nested too deeply", path=path) from None
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"cannot read file: {err}", path=path) from None
+    if _SURROGATE_ESCAPE.search(text):  # only an escape can make one: UTF-8 text cannot hold a surrogate
+        where = lone_surrogate(data)
+        if where is not None:
+            raise DataError("a string holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape outside a pair), "
+                            "not text", path=path, item=where)
+    return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def lone_surrogate(data: Any) -> str | None:
+    """The place (``annotations[3].caption``) of a string (value or key) of ``data`` holding a lone surrogate,
+    or None."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if any("\ud800" <= char <= "\udfff" for char in node):
+                return where or "(the file's value)"
+        elif isinstance(node, dict):
+            stack.extend((key, f"{where}.key") for key in node)
+            stack.extend((value, f"{where}.{key}" if where else str(key)) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}[{i}]") for i, value in enumerate(node))
+    return None
 
 
 def write_json(path: str | Path, data: Any) -> None:

@@ -108,15 +108,26 @@ def build_vocabulary(
 
 
 def read_word_list(path: str | Path) -> list[str]:
-    """A plain word list: one word per line in index order (UTF-8, LF or CRLF line ends)."""
+    """Another project's word table in index order: a JSON list of strings (``*.json``; any token, whitespace
+    included, e.g. ``json.dump(vocab.itos, f)``), or plain text with one word per line (UTF-8, LF or CRLF line
+    ends; no token may hold whitespace there)."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"cannot read the word list: {err}", path=path) from None
-    for number, word in enumerate(lines, start=1):
-        if not word or any(c.isspace() for c in word):
-            raise DataError(f"line {number}: expected one word without spaces, got {word!r}", path=path)
-    if not lines:
+    if path.suffix.lower() == ".json":
+        words = read_json(path)
+        if not isinstance(words, list):
+            raise DataError(f"expected a JSON list of the words in index order, got {type(words).__name__}", path=path)
+        for number, word in enumerate(words):
+            if not isinstance(word, str) or not word:
+                raise DataError(f"expected a non-empty string, got {word!r}", path=path, item=f"entry {number}")
+    else:
+        try:
+            words = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise DataError(f"cannot read the word list: {err}", path=path) from None
+        for number, word in enumerate(words, start=1):
+            if not word or any(c.isspace() for c in word):
+                raise DataError(f"line {number}: expected one word without spaces, got {word!r} (a table holding "
+                                "whitespace tokens goes in a .json list: docs/m2-official.md)", path=path)
+    if not words:
         raise DataError("the word list is empty", path=path)
-    return lines
+    return words

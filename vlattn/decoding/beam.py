@@ -63,7 +63,7 @@ def beam_search(
             log_probs, state = model.step(prefix, state)  # (R, V)
             grown = length + (~finished).to(length.dtype)  # (R,)
             source, word, chosen = select(log_probs, finished, total, grown, length_penalty, frozen)  # (R,) each
-            del log_probs  # (the model may write the next step's log-probs into its buffer)
+            del log_probs  # freed before the next step allocates its (R, V): the allocator can reuse the memory
             state = model.reorder(state, source)
             total, length = total[source] + chosen, grown[source]
             token_log_probs = torch.cat([token_log_probs[source], chosen[:, None]], dim=1)

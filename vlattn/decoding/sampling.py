@@ -44,7 +44,7 @@ def rollout(
             log_probs, state = model.step(prefix, state)  # (R, V)
         prefix, word, now_finished = extend(prefix, choose(log_probs), finished, pad, eos)
         chosen.append(log_probs.gather(1, word[:, None]).squeeze(1).masked_fill(finished, 0.0))
-        del log_probs  # (the model may write the next step's log-probs into its buffer)
+        del log_probs  # freed before the next step allocates its (R, V): the allocator can reuse the memory
         finished = now_finished
         if finished.all():
             break

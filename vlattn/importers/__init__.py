@@ -9,12 +9,13 @@ a VQA model); :func:`import_checkpoint` writes the result as a vlattn run direct
     RUN_DIR/config.yaml         the imported run's config
     RUN_DIR/vocab-*.json        the vocabularies (as in a trained run directory)
     RUN_DIR/import.json         provenance: format, source files and their SHA-256, the inferred layout
+    RUN_DIR/.vlattn.json        the run marker (:mod:`vlattn.training.rundir`)
 
-The directory is assembled next to ``RUN_DIR`` under a vlattn temporary name (``.RUN_DIR.<pid>.<random>.tmp``,
+The directory is assembled next to ``RUN_DIR`` in a marked vlattn temporary (``.RUN_DIR.<pid>.<id>.tmp``,
 :func:`vlattn.io.make_temporary_dir`) and renamed into place only when complete; an existing, non-empty ``RUN_DIR``
-is refused (nothing is overwritten). A failed import removes its own temporary; one left by a killed import (its
-process is gone) is removed by the next import of the same ``RUN_DIR`` — only names of that pattern, never a
-directory vlattn did not write.
+is refused (nothing is overwritten; an empty one is filled, never replaced). A failed import removes its own temporary; one left by
+a killed import (its process gone, its marker proving it vlattn's) is removed by the next import of the same
+``RUN_DIR``, never a directory vlattn did not write.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,20 @@ from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 from vlattn.importers.lxmert_hf import read_lxmert
 from vlattn.importers.m2_official import Imported, read_released
-from vlattn.io import atomic_write_text, make_temporary_dir, remove_stale_temporaries
+from vlattn.io import (
+    MARKER,
+    atomic_write_text,
+    make_temporary_dir,
+    new_id,
+    remove_owned,
+    remove_stale_temporaries,
+    rename_noreplace,
+    write_marker,
+    writing,
+)
 from vlattn.models import build_captioner, build_vqa_model
 from vlattn.training.checkpoint import save_checkpoint, save_vocabularies
+from vlattn.training.rundir import RUN_KIND
 
 FORMATS: dict[str, Callable[..., Imported]] = {"m2-official": read_released, "lxmert-hf": read_lxmert}
 
@@ -58,6 +69,8 @@ def import_checkpoint(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError("exists and is not empty; choose a new run directory", path=out)
+    if not out.parent.is_dir():  # checked before the (possibly large) checkpoint is read
+        raise DataError(f"cannot create the run directory: {out.parent} is not an existing directory", path=out)
     imported = reader(checkpoint, word_list, heads=heads, base=base, answers=answers)
     vocabularies: dict[str, Any] = {"words": imported.vocab}
     if imported.answers is None:
@@ -78,17 +91,27 @@ def import_checkpoint(
         "tensors": len(imported.state),
         "dropped_runtime_buffers": imported.dropped,
     })
-    remove_stale_temporaries(out)  # left by an import of this name that was killed
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)  # left by an import of this name that was killed
     staging = make_temporary_dir(out)
     try:
-        save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies)
-        save_config(imported.config, staging / "config.yaml")
-        save_vocabularies(staging, vocabularies)
-        atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        staging.rename(out)
+        with writing(out):
+            run_id = new_id()
+            save_checkpoint(staging / "checkpoints" / "best", model, imported.config, vocabularies, owner=run_id)
+            save_config(imported.config, staging / "config.yaml")
+            save_vocabularies(staging, vocabularies)
+            atomic_write_text(staging / "import.json", json.dumps(record, indent=1))
+            write_marker(staging, RUN_KIND, id=run_id)
+            try:
+                if out.is_dir() and not out.is_symlink():  # the user's empty directory: filled, the marker last
+                    for entry in sorted(staging.iterdir(), key=lambda e: e.name == MARKER):
+                        rename_noreplace(entry, out / entry.name)
+                else:
+                    rename_noreplace(staging, out)
+            except FileExistsError:
+                raise DataError("appeared while importing; left as it is", path=out) from None
     finally:
         if staging.exists():
-            shutil.rmtree(staging)  # this call's own temporary, not renamed: the import failed
+            remove_owned(staging)  # this call's own temporary, not renamed: the import failed
     return record

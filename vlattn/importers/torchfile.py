@@ -11,15 +11,14 @@ refused: the error says how to re-save just the weights in the environment that 
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from vlattn.errors import DataError
+from vlattn.torchload import RefusedObject, load_torch_file
 
 # numeric dtypes whose arrays and scalars may be rebuilt (object arrays would need further, refused globals)
 _NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -38,9 +37,8 @@ def numpy_safe_globals() -> list:
 
 
 RESAVE_HINT = (
-    "re-save the weights alone where the file was written, allowing only the class named here, e.g. "
-    "python -c \"import torch, argparse; torch.serialization.add_safe_globals([argparse.Namespace]); "
-    "sd = torch.load('SRC.pth', weights_only=True)['state_dict']; torch.save({'state_dict': sd}, 'weights.pth')\""
+    "re-save the weights alone in the project that wrote the file, e.g. "
+    "torch.save({'state_dict': model.state_dict()}, 'weights.pth'); vlattn reads tensors and numeric NumPy values only"
 )
 
 
@@ -51,18 +49,10 @@ def load_state_dict(path: str | Path, entry: str = "state_dict") -> dict[str, Te
     if not path.is_file():
         raise DataError("checkpoint file not found", path=path)
     try:
-        with torch.serialization.safe_globals(numpy_safe_globals()):
-            data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        reason = unpickler_reason(str(err))
-        if reason.startswith("Unsupported global"):
-            global_name = reason.split("GLOBAL ")[-1].split(" ")[0]
-            raise DataError(f"holds an object that weights_only loading refuses ({global_name}); {RESAVE_HINT}",
-                            path=path) from None
-        raise DataError(f"not a readable PyTorch checkpoint: {reason}", path=path) from None
-    except Exception as err:  # noqa: BLE001 - a damaged file fails anywhere inside the unpickler or zip reader
-        reason = (str(err).splitlines() or [""])[0] or type(err).__name__
-        raise DataError(f"not a readable PyTorch checkpoint: {reason}", path=path) from None
+        data = load_torch_file(path, "PyTorch checkpoint", numpy_safe_globals())
+    except RefusedObject as err:
+        raise DataError(f"holds an object that weights_only loading refuses ({err.name}); {RESAVE_HINT}",
+                        path=path) from None
     if isinstance(data, Mapping) and entry in data:
         data = data[entry]
     if not isinstance(data, Mapping) or not data:
@@ -71,9 +61,3 @@ def load_state_dict(path: str | Path, entry: str = "state_dict") -> dict[str, Te
         if not isinstance(value, Tensor):
             raise DataError(f"expected a tensor, got {type(value).__name__}", path=path, item=name)
     return dict(data)
-
-
-def unpickler_reason(message: str) -> str:
-    """The one line of a ``weights_only`` failure that says what was refused."""
-    tail = message.split("WeightsUnpickler error:")[-1]
-    return next((line.strip() for line in tail.splitlines() if line.strip()), message.strip())

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vlattn.config import bounded, lookup, parse_options
+from vlattn.config import MAX_HEADS, bounded, lookup, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers.grouped import GroupedLinear
 
@@ -65,7 +65,7 @@ class GroupFeedForward(FeedForward):
         """``groups`` k (divides d and d_ff), ``share_weights`` (WS) across groups, ``group_intermediate``
         (G-IL: the expanding layer group-wise too)."""
 
-        groups: int = bounded(2, ge=1)
+        groups: int = bounded(2, ge=1, le=MAX_HEADS)
         share_weights: bool = True
         group_intermediate: bool = False
 

@@ -33,8 +33,10 @@ def sinusoidal_encoding(positions: Tensor, d_model: int) -> Tensor:
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """The (length, d_model) table of sinusoidal encodings for positions 0..length-1."""
-    # computed on the CPU even inside a ``torch.device("meta")`` context (config validation builds models there;
-    # ``arange`` on the meta device would import torch._dynamo, seconds of start-up for every command)
+    if torch.empty(0).device.type == "meta":  # config validation builds models there: shape only, no data
+        return torch.empty(length, d_model)
+    # computed on the CPU inside any other device context (``arange`` on the meta device would import
+    # torch._dynamo, seconds of start-up for every command)
     return sinusoidal_encoding(torch.arange(length, device=torch.device("cpu")), d_model)
 
 

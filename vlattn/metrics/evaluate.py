@@ -144,15 +144,17 @@ def evaluate_captions(
 def _tokenize(
     gts: Mapping[int, Sequence[str]], res: Mapping[int, str], backend: str, collapse_repeats: bool
 ) -> tuple[dict[int, list[str]], dict[int, list[str]], dict[str, Any]]:
-    """PTB-tokenised references and predictions (one tokenizer call for both), and the tokenizer's description."""
+    """PTB-tokenised references and predictions, and the tokenizer's description. Two tokenizer calls, as
+    pycocoevalcap makes them: the lexer reads each call as one stream and a few rules look past the end of a line
+    ("letter B." before a line starting "The" is "b ."), so in one call the last reference's tokens would depend on
+    the first prediction."""
     tokenizer = PTBTokenizer(backend)
-    captions = {**{("gts", i): list(refs) for i, refs in gts.items()}, **{("res", i): [res[i]] for i in gts}}
-    tokens = tokenizer.tokenize(captions)
-    tok_gts = {i: tokens[("gts", i)] for i in gts}
-    tok_res = {i: tokens[("res", i)] for i in gts}
+    tok_gts = tokenizer.tokenize({i: list(refs) for i, refs in gts.items()})
+    tok_res = tokenizer.tokenize({i: [res[i]] for i in gts})
     if collapse_repeats:
         tok_res = {i: [collapse_repeated_words(c) for c in caps] for i, caps in tok_res.items()}
-    return tok_gts, tok_res, tokenizer.describe(text for texts in captions.values() for text in texts)
+    texts = [*(text for refs in gts.values() for text in refs), *(res[i] for i in gts)]
+    return tok_gts, tok_res, tokenizer.describe(texts)
 
 
 def best_constant_caption(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -99,15 +100,18 @@ class CiderDocumentFrequency:
         """
         fingerprint = reference_fingerprint(references, mode=mode, n=n, eos_token=eos_token, tokenization=tokenization)
         path = Path(path)
-        if path.exists():
+        ours = not os.path.lexists(path)
+        if not ours and path.is_file() and not path.is_symlink():
             try:
                 table = cls.load(path)
+                ours = True  # a table vlattn wrote: used, or replaced when stale
             except (OSError, ValueError, KeyError):
-                table = None  # an unreadable cache is rebuilt
+                table = None
             if table is not None and table.fingerprint == fingerprint:
                 return table
         table = cls.build(references, mode=mode, n=n, eos_token=eos_token, tokenization=tokenization)
-        table.save(path)
+        if ours:  # a file vlattn cannot read as its table is someone else's: left in place, the table not cached
+            table.save(path)
         return table
 
     def save(self, path: str | Path) -> None:

@@ -166,7 +166,9 @@ class VQAReport:
 
 
 def evaluate_vqa(predictions: Mapping[int, str], annotations: Mapping[int, AnnotatedQuestion]) -> VQAReport:
-    """Score ``{question_id: answer}`` against the annotations of those questions.
+    """Score ``{question_id: answer}`` against the annotations of those questions. Accuracies are summed in the
+    order of ``annotations`` (the annotation file's), whatever the order of ``predictions``, as the official
+    ``vqaEval.py`` does.
 
     Every predicted question must have an annotation (a :class:`DataError` names the first unknown ids);
     questions without a prediction are not scored (file-level coverage checks live with the file readers).
@@ -179,9 +181,10 @@ def evaluate_vqa(predictions: Mapping[int, str], annotations: Mapping[int, Annot
     per_question: dict[int, float] = {}
     by_answer: dict[str, list[float]] = defaultdict(list)
     by_question: dict[str, list[float]] = defaultdict(list)
-    for qid, answer in predictions.items():
-        annotation = annotations[qid]
-        accuracy = vqa_accuracy(answer, annotation.answers)
+    for qid, annotation in annotations.items():  # the annotations' order, as the official script sums: a float
+        if qid not in predictions:  # sum depends on its order, and so the rounded figure at an exact .xx5
+            continue
+        accuracy = vqa_accuracy(predictions[qid], annotation.answers)
         per_question[qid] = accuracy
         by_answer[annotation.answer_type].append(accuracy)
         by_question[annotation.question_type].append(accuracy)

@@ -23,6 +23,7 @@ from vlattn.errors import ConfigError
 from vlattn.models.catt import CattCaptioner, build_catt
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, TransformerDecoder
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
+from vlattn.models.footprint import check_footprint
 from vlattn.models.lxmert import Lxmert, build_lxmert
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
@@ -44,11 +45,13 @@ from vlattn.models.updown import UpDownCaptioner, UpDownState, build_updown
 @dataclass(frozen=True)
 class ModelKind:
     """A registered model kind: ``task``, the name of the task (``vlattn.tasks.TASKS``) whose models it
-    builds (and ``also``, other tasks it serves), and ``build``, its builder (the task decides the builder's
-    arguments)."""
+    builds (and ``also``, other tasks it serves), ``build``, its builder (the task decides the builder's
+    arguments), and ``reads``, the keys of the ``model`` section it reads (a config setting another one is refused:
+    :mod:`vlattn.validation`)."""
 
     task: str
     build: Callable[..., nn.Module]
+    reads: frozenset[str]
     also: tuple[str, ...] = ()  # further tasks whose models it builds with the same builder
     boxes: bool = False  # its models always read the region boxes (LXMERT's region embedding)
 
@@ -56,15 +59,26 @@ class ModelKind:
         return task == self.task or task in self.also
 
 
+# model keys by the models reading them (tests/models/test_model_reads.py records what each kind's builder reads)
+_EVERY_KIND = frozenset({"kind", "feature_dim", "d_model", "dropout", "attention_dropout", "embedding_dropout",
+                         "dropout_mask", "box_input", "options"})
+_STACK = frozenset({"num_heads", "d_ff", "encoder_layers", "decoder_layers", "encoder_self_attention",
+                    "decoder_self_attention", "decoder_cross_attention", "feed_forward", "box_encoding"})
+_WORD_OUTPUT = frozenset({"max_positions", "tie_embeddings", "output_bias"})
+_CAPTIONER = _EVERY_KIND | _STACK | _WORD_OUTPUT
+_VQA_STACK = _EVERY_KIND | _STACK | {"word_vectors"}
+
 MODELS: dict[str, ModelKind] = {
-    "transformer": ModelKind("captioning", build_transformer),
-    "m2": ModelKind("captioning", build_m2),
-    "updown": ModelKind("captioning", build_updown),
-    "mcan": ModelKind("vqa", build_mcan),
-    "twin_stream": ModelKind("vqa", build_twin_stream),
-    "catt": ModelKind("captioning", build_catt),
-    "mcan_catt": ModelKind("vqa", build_mcan_catt),
-    "lxmert": ModelKind("vqa", build_lxmert, also=("nlvr2",), boxes=True),  # VQA v2 and GQA are both task vqa
+    "transformer": ModelKind("captioning", build_transformer, _CAPTIONER),
+    "m2": ModelKind("captioning", build_m2, _CAPTIONER),
+    "updown": ModelKind("captioning", build_updown, _EVERY_KIND | {"num_heads", "decoder_cross_attention",
+                                                                   "tie_embeddings", "output_bias"}),
+    "mcan": ModelKind("vqa", build_mcan, _VQA_STACK),
+    "twin_stream": ModelKind("vqa", build_twin_stream, _EVERY_KIND | {"word_vectors"}),
+    "catt": ModelKind("captioning", build_catt, _CAPTIONER),
+    "mcan_catt": ModelKind("vqa", build_mcan_catt, _VQA_STACK),
+    "lxmert": ModelKind("vqa", build_lxmert, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
+                        boxes=True),  # VQA v2 and GQA are both task vqa
 }
 
 
@@ -107,17 +121,23 @@ def without_initialisation() -> Iterator[None]:
 
 
 def check_model_config(cfg: ModelConfig, vocab_size: int = 8) -> nn.Module:
-    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, without allocating weights;
+    """Raise the ``ConfigError`` that building the captioner ``cfg`` would raise, or that its weights need more
+    memory than is available (:func:`~vlattn.models.footprint.check_footprint`), without allocating weights;
     returns the model built on the meta device (its structure, no data)."""
     with torch.device("meta"), without_initialisation():
-        return build_captioner(cfg, vocab_size)
+        model = build_captioner(cfg, vocab_size)
+    check_footprint(model, cfg)
+    return model
 
 
-def check_vqa_model_config(cfg: ModelConfig, size: int = 8) -> nn.Module:
-    """Raise the ``ConfigError`` that building the VQA model ``cfg`` would raise, without allocating weights;
-    returns the model built on the meta device."""
+def check_vqa_model_config(cfg: ModelConfig, size: int = 8, answers: int | None = None) -> nn.Module:
+    """Raise the ``ConfigError`` that building the VQA model ``cfg`` (``size`` words, ``answers`` candidate answers,
+    default ``size``) would raise, or that its weights need more memory than is available, without allocating
+    weights; returns the model built on the meta device."""
     with torch.device("meta"), without_initialisation():
-        return build_vqa_model(cfg, size, size)
+        model = build_vqa_model(cfg, size, size if answers is None else answers)
+    check_footprint(model, cfg)
+    return model
 
 
 __all__ = [

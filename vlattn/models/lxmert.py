@@ -55,7 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, Site
-from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.config import MAX_HEADS, MAX_LAYERS, ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry, PostNorm, build_feed_forward
 from vlattn.models.encoder import EncoderLayer
@@ -69,8 +69,8 @@ BOX_DIM = 4  # x1, y1, x2, y2 normalised to [0, 1]
 class LxmertOptions:
     """``model.options`` of kind ``lxmert`` (see the module docstring)."""
 
-    object_layers: int = bounded(5, ge=0)
-    token_types: int = bounded(2, ge=1)
+    object_layers: int = bounded(5, ge=0, le=MAX_LAYERS)
+    token_types: int = bounded(2, ge=1, le=MAX_HEADS)
     layer_norm_eps: float = bounded(1e-12, gt=0.0)
     share_cross_attention: bool = True
     images: Literal[1, 2] = 1  # images per question: 2 for NLVR2's pair head

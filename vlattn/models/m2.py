@@ -60,7 +60,7 @@ from typing import Literal
 from torch import nn
 
 from vlattn.attention import MemoryAugmentedAttention, Site
-from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.config import MAX_LENGTH, ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PositionTable, SinusoidalPositions
 from vlattn.models.init import xavier_saved_tensors
@@ -86,7 +86,7 @@ class M2Options:
     residual: Literal["paper", "official"] = "paper"
     positions: Literal["sinusoidal", "table"] = "sinusoidal"
     padding: Literal["regions", "official"] = "regions"
-    padded_regions: int = bounded(50, ge=1)
+    padded_regions: int = bounded(50, ge=1, le=MAX_LENGTH)
     init: Literal["paper", "official"] = "paper"
 
 

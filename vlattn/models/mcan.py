@@ -53,7 +53,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, Site
-from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.config import MAX_HEADS, MAX_WIDTH, ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry, PostNorm, StdLayerNorm
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
@@ -67,10 +67,10 @@ from vlattn.models.transformer import Parts, first_set
 class MCANOptions:
     """``model.options`` of kind ``mcan`` (see the module docstring)."""
 
-    word_dim: int = bounded(300, ge=1)
-    flat_hidden: int | None = bounded(None, ge=1)
-    flat_glimpses: int = bounded(1, ge=1)
-    flat_out: int | None = bounded(None, ge=1)
+    word_dim: int = bounded(300, ge=1, le=MAX_WIDTH)
+    flat_hidden: int | None = bounded(None, ge=1, le=MAX_WIDTH)
+    flat_glimpses: int = bounded(1, ge=1, le=MAX_HEADS)
+    flat_out: int | None = bounded(None, ge=1, le=MAX_WIDTH)
     layer_norm: Literal["paper", "official"] = "paper"
 
 

@@ -3,7 +3,9 @@
 registries, so mechanisms plug in by configuration.
 
 Generation interface (decoding code never looks inside): ``encode(inputs)`` -> :class:`TransformerState`,
-``step`` -> next-token log-probabilities, ``reorder`` -> state rows for beams. ``inputs`` is a mapping with
+``step`` -> next-token log-probabilities (a new tensor, owned by the caller), ``reorder`` -> state rows for beams;
+``step`` is ``log_softmax(output_projection(step_features(...)))``, the split that decoding wrappers such as
+:class:`~vlattn.decoding.packed.PackedOutput` use. ``inputs`` is a mapping with
 ``features`` (B, N, D), ``boxes`` (B, N, 4) normalised x1y1x2y2 and ``region_mask`` (B, N) bool. With
 ``use_cache`` the state carries key/value caches (self-attention appended step by step, cross-attention
 projected once per image); without it, ``step`` re-runs the decoder over the whole prefix.
@@ -18,11 +20,9 @@ self-attention caches, one gather per layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
@@ -31,46 +31,11 @@ from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
-from vlattn.layers.packed import PackedLinear
 from vlattn.layers.rows import image_rows
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder, regroup
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 
 ModelInputs = Mapping[str, Tensor]
-
-
-class OutputBuffers:
-    """The (R, V) buffers a search's steps write the output layer's logits and log-probabilities into without
-    gradients (a fresh 2 x R V floats at every step cost as much in page faults as the log-softmax itself).
-
-    The logits buffer is internal. The log-probabilities of a step are written into the buffer of an earlier step
-    only once the tensor returned then is gone (beam search drops it before the next step; a caller that keeps it
-    gets a fresh buffer): a step's result is never overwritten while it is held (views of it excepted — hold the
-    returned tensor itself)."""
-
-    def __init__(self) -> None:
-        self.logits: Tensor | None = None
-        self.log_probs: Tensor | None = None
-        self.handed: Callable[[], Tensor | None] = lambda: None  # the tensor returned last, while it lives
-
-    def log_softmax(self, output: nn.Linear, hidden: Tensor) -> Tensor:
-        """``output(hidden).log_softmax(-1)``, (R, V) from ``hidden`` (R, d), written into the reused buffers."""
-        shape = (hidden.shape[0], output.out_features)
-        if isinstance(output, PackedLinear) and output.packs(hidden):
-            logits = output(hidden)  # oneDNN writes its own output (eval.packed_output)
-        else:
-            if self.logits is None or self.logits.shape != shape:
-                self.logits = hidden.new_empty(shape)
-            logits = self.logits
-            if output.bias is None:
-                torch.mm(hidden, output.weight.t(), out=logits)
-            else:
-                torch.addmm(output.bias, hidden, output.weight.t(), out=logits)
-        if self.log_probs is None or self.log_probs.shape != shape or self.handed() is not None:
-            self.log_probs = hidden.new_empty(shape)
-        returned = torch.log_softmax(logits, -1, out=self.log_probs).view(shape)  # its own object to track
-        self.handed = weakref.ref(returned)
-        return returned
 
 
 @dataclass
@@ -83,7 +48,6 @@ class TransformerState:
     memories: dict[str, Memory]
     cache: list[Any] | None = None
     group: int = 1
-    outputs: OutputBuffers = field(default_factory=OutputBuffers)
 
     @property
     def images(self) -> int:
@@ -129,16 +93,25 @@ class TransformerCaptioner(nn.Module):
         caching = self.use_cache if use_cache is None else use_cache
         return TransformerState(self.memories(inputs), self.decoder.new_cache() if caching else None)
 
-    def step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
-        """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), and the state."""
+    @property
+    def output_projection(self) -> nn.Linear:
+        """The vocabulary projection (V, F): the decoder's final states (the fused streams for CATT) -> logits."""
+        return self.decoder.output
+
+    def step_features(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
+        """What :attr:`output_projection` reads for the next token after ``tokens`` (B, t) (BOS first): the last
+        position's final decoder states (B, F); and the state."""
         if state.cache is not None:
             hidden = self.decoder.hidden(tokens, state.memories, state.cache, tokens.shape[1] - 1)
         else:
             hidden = self.decoder.hidden(tokens, state.memories)
-        output, last = self.decoder.output, hidden[:, -1]  # (B, d)
-        if torch.is_grad_enabled() or type(output) not in (nn.Linear, PackedLinear):  # same function, own buffers
-            return output(last).log_softmax(dim=-1), state
-        return state.outputs.log_softmax(output, last), state
+        return hidden[:, -1], state
+
+    def step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
+        """Log-probabilities (B, V) of the next token after ``tokens`` (B, t) (BOS first), a new tensor; and the
+        state."""
+        features, state = self.step_features(tokens, state)
+        return self.output_projection(features).log_softmax(dim=-1), state
 
     def reorder(self, state: TransformerState, index: Tensor) -> TransformerState:
         """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,
@@ -146,7 +119,7 @@ class TransformerCaptioner(nn.Module):
         gathered (each layer's ``reorder``); memories and cross-attention caches stay once per image."""
         group = regroup(index, state.images, state.group)
         cache = None if state.cache is None else [layer.reorder(index) for layer in state.cache]
-        return TransformerState(state.memories, cache, group, state.outputs)
+        return TransformerState(state.memories, cache, group)
 
     def select_images(self, state: TransformerState, images: Tensor) -> TransformerState:
         """The state of images ``images`` (B',) (increasing indices) with all their decoding rows: memories and

@@ -62,7 +62,7 @@ from vlattn.attention import AttentionContext, Site, StackedAttention, StackedLa
 from vlattn.attention.additive import attend_values
 from vlattn.attention.sla import POSITIONAL_BIAS, Latent, LatentReadout, PositionalBias, latent_step, latent_units
 from vlattn.attention.stacked import AttentionUnit, stacked_keys
-from vlattn.config import ModelConfig, Spec, bounded, lookup, parse_options, spec
+from vlattn.config import MAX_WIDTH, ModelConfig, Spec, bounded, lookup, parse_options, spec
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.layers.pooling import masked_mean
@@ -77,9 +77,9 @@ class TwinStreamOptions:
     (``attention``: ``sla`` or ``stacked`` with that mechanism's options), word and bi-LSTM sizes, fusion width F."""
 
     attention: Spec = spec("sla")
-    word_dim: int = bounded(300, ge=1)
-    lstm_dim: int = bounded(512, ge=1)
-    fusion_dim: int = bounded(1024, ge=1)
+    word_dim: int = bounded(300, ge=1, le=MAX_WIDTH)
+    lstm_dim: int = bounded(512, ge=1, le=MAX_WIDTH)
+    fusion_dim: int = bounded(1024, ge=1, le=MAX_WIDTH)
     features: Literal["l2", "raw"] = "l2"
     init: Literal["glorot", "torch"] = "glorot"
 

@@ -70,7 +70,7 @@ from vlattn.attention import (
     reorder_state,
     site_cache,
 )
-from vlattn.config import ModelConfig, bounded, parse_options
+from vlattn.config import MAX_WIDTH, ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
@@ -88,8 +88,8 @@ class UpDownOptions:
     """``model.options`` of kind ``updown`` (see the module docstring)."""
 
     variant: Literal["paper", "self_critical"] = "paper"
-    embed_dim: int = bounded(1024, ge=1)
-    attention_dim: int = bounded(512, ge=1)
+    embed_dim: int = bounded(1024, ge=1, le=MAX_WIDTH)
+    attention_dim: int = bounded(512, ge=1, le=MAX_WIDTH)
 
 
 @dataclass
@@ -213,19 +213,29 @@ class UpDownCaptioner(nn.Module):
         return UpDownState(regions, UpDownCache(self.initial_states(regions, rows), self.attention_cache()) if caching
                            else None)
 
-    def step(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
-        """Log-probabilities (R, V) of the next token after ``tokens`` (R, t) (BOS first; R = B g rows), and the
-        new state."""
+    @property
+    def output_projection(self) -> nn.Linear:
+        """The vocabulary projection (V, M): the language LSTM's state (after dropout) -> logits."""
+        return self.output
+
+    def step_features(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
+        """What :attr:`output_projection` reads for the next token after ``tokens`` (R, t) (BOS first; R = B g
+        rows): the language LSTM's h^2 (R, M) after dropout; and the new state."""
         cache = state.cache
         if cache is None:
-            hidden = self.run(tokens, state.regions, None)[:, -1]  # (B, M)
-            return self.output(self.dropout(hidden)).log_softmax(dim=-1), state
+            return self.dropout(self.run(tokens, state.regions, None)[:, -1]), state
         if tokens.shape[1] != cache.steps + 1:
             raise ValueError(f"step: the state has consumed {cache.steps} tokens, so it needs {cache.steps + 1}, "
                              f"got {tokens.shape[1]}")
         hidden, lstm = self.cell(tokens[:, -1], cache.lstm, state.regions, cache.attention)
-        log_probs = self.output(self.dropout(hidden)).log_softmax(dim=-1)
-        return log_probs, UpDownState(state.regions, UpDownCache(lstm, cache.attention, cache.steps + 1), state.group)
+        return self.dropout(hidden), UpDownState(state.regions, UpDownCache(lstm, cache.attention, cache.steps + 1),
+                                                 state.group)
+
+    def step(self, tokens: Tensor, state: UpDownState) -> tuple[Tensor, UpDownState]:
+        """Log-probabilities (R, V) of the next token after ``tokens`` (R, t) (BOS first; R = B g rows), a new
+        tensor; and the new state."""
+        features, state = self.step_features(tokens, state)
+        return self.output_projection(features).log_softmax(dim=-1), state
 
     def reorder(self, state: UpDownState, index: Tensor) -> UpDownState:
         """Decoding rows ``index`` (B g',) of ``state`` (B g rows): row r of the result continues row ``index[r]``,

@@ -6,33 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from vlattn.data.features.base import RegionFeatures
-from vlattn.data.features.storage import IndexedStore
+from vlattn.data.features.memory import MemoryStore
 from vlattn.errors import ConfigError, DataError
 from vlattn.pixels.images import ImageFailure, load_image
 from vlattn.pixels.registry import check_request, extractor_from_record
 from vlattn.pixels.weights import parse_weights
 
 
-class MemoryStore(IndexedStore):
-    """A :class:`~vlattn.data.features.base.FeatureStore` over regions held in memory."""
-
-    def __init__(self, regions: Mapping[int, RegionFeatures], dim: int, path: str = "<images>") -> None:
-        self.path, self._dim, self._regions = path, dim, dict(regions)
-        self._index_ids(self._regions)
-
-    def get(self, image_id: int) -> RegionFeatures:
-        """Regions of ``image_id``."""
-        if image_id not in self._regions:
-            raise DataError("image id not among the extracted images", path=self.path, item=image_id)
-        return self._regions[image_id]
-
-
 def extract_for_run(record: Mapping[str, Any] | None, files: Sequence[Path], device: torch.device, *,
                     extractor: str | None = None, weights: str | None = None, batch: int = 8) -> MemoryStore:
-    """Features of ``files`` (image ids 0, 1, ... in order) from the extractor ``record`` describes (the run's),
+    """Features of ``files`` (image ids 0, 1, ... in order; boxes as fractions of each image) from the extractor ``record`` describes (the run's),
     refusing an ``extractor`` other than the run's and features of another size than the recorded (the model's).
     ``weights`` replaces the recorded weights file (checked against the recorded SHA-256)."""
     if record is None:
@@ -41,13 +28,13 @@ def extract_for_run(record: Mapping[str, Any] | None, files: Sequence[Path], dev
     check_request(record, extractor, record.get("dim"))
     built = extractor_from_record(record, device, weights=parse_weights(weights) if weights is not None else None)
     check_request(record, None, built.dim)
-    regions: dict[int, RegionFeatures] = {}
+    regions: list[RegionFeatures] = []
     for start in range(0, len(files), batch):
-        group = list(files[start:start + batch])
         try:
-            images = [load_image(path, max_side=built.max_side) for path in group]
+            images = [load_image(path, max_side=built.max_side) for path in files[start:start + batch]]
         except ImageFailure as failure:
             raise DataError(failure.reason, path=failure.path) from None
-        for k, found in enumerate(built(images)):
-            regions[start + k] = found
-    return MemoryStore(regions, built.dim)
+        regions += built(images)
+    # boxes as fractions of the image, as the store's collation would make them
+    sizes = [np.array([r.width, r.height] * 2, np.float32) for r in regions]
+    return MemoryStore([r.features for r in regions], [r.boxes / size for r, size in zip(regions, sizes)])

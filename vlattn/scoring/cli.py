@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from vlattn.errors import ConfigError
+from vlattn.errors import ConfigError, DataError
 
 
 class Task(str, Enum):
@@ -57,15 +58,18 @@ def score(
                                         "(every image of it needs a result)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     per_image: Optional[Path] = typer.Option(None, "--per-image", help="Write per-image (captions) or per-question "
-                                             "(VQA) scores to this JSON file."),
+                                             "(VQA) scores to this new JSON file (an existing file is never "
+                                             "replaced)."),
 ) -> None:
     """Score a results file as the official tools do: COCOEvalCap metrics for captions, VQA accuracy for VQA.
 
     Examples: vlattn score --results captions_val2014_mine_results.json --annotations captions_val2014.json;
     vlattn score --task vqa --results R.json --questions Q.json --annotations A.json
     """
-    from vlattn.data.jsonfiles import write_json
+    from vlattn.io import atomic_write_text
 
+    if per_image is not None and os.path.lexists(per_image):
+        raise DataError("--per-image: exists; vlattn does not replace it (choose a new file name)", path=per_image)
     if task is Task.vqa:
         from vlattn.scoring.vqa import score_vqa_files
 
@@ -82,10 +86,10 @@ def score(
         if unknown:
             raise ConfigError(f"unknown metric(s) {unknown}; valid: {', '.join(METRIC_NAMES)}")
         scored = score_caption_files(results, annotations, tokenizer=tokenizer.value, split=split, metrics=names)
-    if per_image is not None:
-        write_json(per_image, scored.per_image())
     summary = scored.to_dict()
     if as_json:
         typer.echo(json.dumps(summary))
     else:
         typer.echo(format_vqa(summary) if task is Task.vqa else format_captions(summary))
+    if per_image is not None:  # after the scores are shown, so a failed write loses nothing computed
+        atomic_write_text(per_image, json.dumps(scored.per_image(), ensure_ascii=False), replace=False)

@@ -7,11 +7,12 @@ registries before either builds anything. A new task is one module and one line 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlattn.config import Config, lookup, value_at
+from vlattn.config import Config, lookup, set_keys, value_at
 from vlattn.errors import ConfigError
 from vlattn.models import model_kind
 from vlattn.tasks.answerer import Answerer
@@ -36,13 +37,24 @@ def task_of(name: str) -> Task:
     return lookup(TASKS, name, "task", "task")
 
 
-def check_components(cfg: Config) -> None:
+def check_components(cfg: Config, named: Iterable[str] = ()) -> None:
     """Raise a one-line ``ConfigError`` naming the key for the first invalid component of ``cfg``: the task, the
-    model kind and the task it serves, what the task reads (its :meth:`~vlattn.tasks.base.Task.check`: for
-    captioning the model options, each attention site's mechanism, options and placement, feed-forward) and the
-    schedule of every stage of the task."""
+    model kind and the task it serves, the keys set (differing from their defaults, or ``named``: given
+    explicitly) that neither the model kind, the task nor any of its stages reads, what the task reads (its
+    :meth:`~vlattn.tasks.base.Task.check`: for captioning the model options, each attention site's mechanism, options
+    and placement, feed-forward) and the schedule of every stage of the task."""
     task = task_of(cfg.task)
-    model_kind(cfg.model.kind, cfg.task)
+    kind = model_kind(cfg.model.kind, cfg.task)
+    read = {"task"} | {f"model.{key}" for key in kind.reads} | task.reads
+    for stage in task.stages.values():
+        read |= stage.reads()
+    unread = [key for key in dict.fromkeys([*set_keys(cfg), *sorted(named)]) if key not in read]
+    if unread:
+        model_keys = [key for key in unread if key.startswith("model.")]
+        other = [key for key in unread if not key.startswith("model.")]
+        readers = ([f"model kind {cfg.model.kind!r}"] if model_keys else []) + \
+                  ([f"task {cfg.task!r} (stages: {', '.join(task.stages)})"] if other else [])
+        raise ConfigError(f"config keys never read by {' or '.join(readers)}: {', '.join(unread)} (remove them)")
     task.check(cfg)
     for stage in task.stages.values():
         check_schedule(value_at(cfg, stage.schedule), stage.schedule)
@@ -106,7 +118,13 @@ def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> di
     """Evaluate a checkpoint (or run directory) of any task; the report's ``task`` names the task."""
     loaded = load_checkpoint(checkpoint)
     check_components(loaded.config)
-    return {"task": loaded.config.task, **task_of(loaded.config.task).evaluate(loaded, request)}
+    task, show, shown = loaded.config.task, request.show, []
+    if show is not None:
+        request = dataclasses.replace(request, show=lambda report: shown.append(show({"task": task, **report})))
+    report = {"task": task, **task_of(task).evaluate(loaded, request)}
+    if show is not None and not shown:  # a task that writes before it shows: shown once it is done
+        show(report)
+    return report
 
 
 def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | Answerer:

@@ -95,6 +95,7 @@ class Captioner:
             self.model, CaptionEvalSet(entries, source, self.config.data.max_regions), self.vocab, beam_size=beam,
             max_len=length, length_penalty=self.length_penalty if length_penalty is None else length_penalty,
             batch_size=self.batch_size, device=self.device, precision=self.config.eval.precision,
+            packed_output=self.config.eval.packed_output,
         )
         return [self._caption(image_id, tokens, score) for image_id, tokens, score in rows]
 

@@ -46,14 +46,14 @@ from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
-from vlattn.decoding import beam_search
+from vlattn.decoding import PackedOutput, beam_search
+from vlattn.decoding.common import Generator
 from vlattn.decoding.sampling import rollout
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
 from vlattn.layers.dropout import use_dropout_mask
-from vlattn.layers.packed import use_packed_output
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -64,7 +64,15 @@ from vlattn.models.profile import (
     latency,
 )
 from vlattn.precision import Precision, autocast, compile_layers
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice, recorded_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -107,6 +115,12 @@ class CaptionData:
     def vocabularies(self) -> dict[str, Vocabulary]:
         """The named vocabularies a checkpoint of this task stores: ``words``."""
         return {"words": self.vocab}
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the data set holds (every split's captions; the feature store's ids and dimension): a
+        resumed run must find the same ones."""
+        entries = [(e.image_id, e.split, e.captions) for split in SPLITS for e in self.entries.get(split, [])]
+        return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
         """One item per training (image, caption) pair."""
@@ -154,16 +168,16 @@ def build_model(cfg: Config, vocab: Vocabulary, store_dim: int | None = None) ->
 
 def new_captioner(cfg: Config, vocab_size: int) -> nn.Module:
     """The randomly initialised captioner of ``cfg.model`` over ``vocab_size`` words (the special tokens included),
-    with the config's dropout masks and output projection."""
+    with the config's dropout masks."""
     model = build_captioner(cfg.model, vocab_size, pad_id=Vocabulary.PAD)
-    return use_packed_output(use_dropout_mask(model, cfg.model.dropout_mask), cfg.eval.packed_output)
+    return use_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
 
 
 def decode_batch(
-    model: nn.Module, inputs: dict[str, Any], vocab: Vocabulary, *, beam_size: int, max_len: int,
+    model: Generator, inputs: dict[str, Any], vocab: Vocabulary, *, beam_size: int, max_len: int,
     length_penalty: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The best caption of each image of a collated batch: tokens (B, L) without BOS (EOS included, PAD after it)
@@ -189,16 +203,19 @@ def decode_rows(
     batch_size: int = 50,
     device: torch.device = torch.device("cpu"),
     precision: Precision = "fp32",
+    packed_output: bool = False,
 ) -> list[tuple[int, list[int], float]]:
     """``(image_id, token ids, score)`` of the best caption of every image of ``dataset`` (:func:`decode_batch`),
-    under the autocast of ``precision``; plain Python values, owned by the caller."""
+    under the autocast of ``precision``; plain Python values, owned by the caller. ``packed_output``: decode through
+    :class:`~vlattn.decoding.PackedOutput` (``eval.packed_output``)."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_eval)
     rows: list[tuple[int, list[int], float]] = []
     model.eval()
+    generator = PackedOutput(model) if packed_output else model
     with torch.no_grad(), autocast(precision, device):
         for batch in loader:
             inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            tokens, scores = decode_batch(model, inputs, vocab, beam_size=beam_size, max_len=max_len,
+            tokens, scores = decode_batch(generator, inputs, vocab, beam_size=beam_size, max_len=max_len,
                                           length_penalty=length_penalty)
             rows += zip(batch["image_ids"].tolist(), tokens.tolist(), scores.float().tolist())
     return rows
@@ -276,7 +293,7 @@ def make_validator(cfg: Config, data: CaptionData, device: torch.device) -> Vali
     def validate(model: nn.Module) -> dict[str, float]:
         predictions = decode_dataset(
             model, dataset, data.vocab, beam_size=beam, max_len=cfg.eval.max_len, batch_size=cfg.eval.batch_size,
-            device=device,
+            device=device, packed_output=cfg.eval.packed_output,
         )
         report = score_predictions(
             predictions, references, collapse_repeats=cfg.eval.collapse_repeats, metrics=VAL_METRICS,
@@ -370,7 +387,7 @@ def _decode(
     """Decode ``dataset`` with the evaluation settings ``cfg`` (max length, length penalty, batch size)."""
     return decode_dataset(
         model, dataset, vocab, beam_size=beam, max_len=cfg.max_len, length_penalty=cfg.length_penalty,
-        batch_size=cfg.batch_size, device=device, precision=cfg.precision,
+        batch_size=cfg.batch_size, device=device, precision=cfg.precision, packed_output=cfg.packed_output,
     )
 
 
@@ -480,6 +497,16 @@ class Captioning:
 
     name = "captioning"
     stages: dict[str, Stage] = {"xe": XE, "scst": SCST}
+    # beside what its stages read (Stage.reads): the data, decoding, scoring and SCST keys
+    reads = frozenset({
+        "data.karpathy", "data.features", "data.vocab_min_count", "data.vocab_splits", "data.max_regions",
+        "data.max_caption_len", "data.region_cache_mb", "train.label_smoothing", "train.val_decoding",
+        "train.val_max_images", "train.scst_samples", "train.scst_sampling", "train.scst_baseline",
+        "train.scst_loss_normalise", "train.scst_skip_finished", "eval.beam_size", "eval.max_len",
+        "eval.length_penalty", "eval.collapse_repeats", "eval.batch_size", "eval.cider_df_mode",
+        "eval.reward_include_eos", "eval.bias_lexicon", "eval.bias_instances", "eval.precision", "eval.compile",
+        "eval.packed_output", "eval.beam_candidates",
+    })
     profile_shapes = ProfileShapes()  # 50 regions, 20-word captions, the COCO Karpathy vocabulary (10,201)
 
     def create_model(self, cfg: Config, *, vocab_size: int, num_answers: int | None = None) -> nn.Module:
@@ -525,7 +552,6 @@ class Captioning:
             scores["scores"].update(bias["scores"])
             scores["bias"] = bias
         out = output_dir(checkpoint)
-        write_predictions(out / f"{split}_predictions.json", predictions)
         report = {
             "split": split,
             "checkpoint": str(checkpoint.path),
@@ -538,6 +564,9 @@ class Captioning:
             **scores,
             "predictions": str(out / f"{split}_predictions.json"),
         }
+        request.shown(report)
+        claim_output_dir(out)
+        write_predictions(out / f"{split}_predictions.json", predictions)
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 
@@ -568,6 +597,7 @@ class Captioning:
         if shapes.length + 1 > cfg.model.max_positions:
             raise ConfigError(f"--length {shapes.length} needs model.max_positions >= {shapes.length + 1}, "
                               f"got {cfg.model.max_positions} (--set model.max_positions={shapes.length + 1})")
+        check_model_config(cfg.model, shapes.vocab_size)  # the weights fit in memory
         model = build_captioner(cfg.model, shapes.vocab_size)
         shapes = shapes.for_model(model)
         sizes = dict(batch=shapes.batch, regions=shapes.regions, length=shapes.length,

@@ -162,6 +162,12 @@ class NaturalLanguageVisualReasoning:
 
     name = "nlvr2"
     stages: dict[str, Stage] = {"train": TRAIN}
+    # beside what its stage reads (Stage.reads): the statement files, WordPiece vocabulary, regions, the loss
+    reads = frozenset({
+        "data.features", "data.questions", "data.vqa_splits", "data.question_tokens", "data.wordpiece_vocab",
+        "data.max_regions", "data.max_question_len", "data.region_cache_mb", "train.val_max_images",
+        "eval.batch_size",
+    })
     # LXMERT: 36 regions per image, 20 WordPiece ids, BERT's 30,522-entry vocabulary
     profile_shapes = ProfileShapes(length=20, vocab_size=30522, answers=2, default_regions=36)
 

@@ -71,7 +71,15 @@ from vlattn.layers.dropout import use_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
-from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
+from vlattn.tasks.base import (
+    EvalRequest,
+    ProfileShapes,
+    check_feature_dim,
+    claim_output_dir,
+    content_hash,
+    output_dir,
+    store_fingerprint,
+)
 from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -128,6 +136,14 @@ class VQAData:
             max_regions=cfg.max_regions, max_question_len=cfg.max_question_len,
             unanswerable="skip" if training else "keep", source=split.sources[0], zero_image=cfg.zero_image,
         )
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the training split holds (questions, annotations) and of the feature store's ids and
+        dimension: a resumed run must find the same ones."""
+        train = self.split("train")
+        annotations = sorted((train.annotations or {}).items())
+        return {"questions": content_hash(train.questions), "annotations": content_hash(annotations),
+                "features": store_fingerprint(self.store)}
 
     def train_set(self) -> VQADataset:
         """The training questions with at least one candidate answer (the others are counted in ``skipped``)."""
@@ -407,6 +423,13 @@ class VisualQuestionAnswering:
 
     name = "vqa"
     stages: dict[str, Stage] = {"train": TRAIN}
+    # beside what its stage reads (Stage.reads): the VQA files, question and answer vocabularies, the loss
+    reads = frozenset({
+        "data.features", "data.questions", "data.annotations", "data.vqa_splits", "data.vocab_min_count",
+        "data.vocab_splits", "data.max_regions", "data.max_question_len", "data.answer_min_count", "data.zero_image",
+        "data.region_cache_mb", "data.format", "data.question_tokens", "data.wordpiece_vocab", "train.bce_reduction",
+        "train.val_max_images", "eval.batch_size",
+    })
     # MCAN: up to 100 regions, 14 question words, 3,129 candidate answers
     profile_shapes = ProfileShapes(length=14, answers=3129, default_regions=100)
 
@@ -446,12 +469,6 @@ class VisualQuestionAnswering:
         predictions = answer_dataset(model, dataset, answers, batch_size=cfg.eval.batch_size, device=dev)
         out = output_dir(checkpoint)
         results = out / results_name(cfg, split)
-        external = data.split(split).external_ids
-        if external is None:
-            write_vqa_results(results, predictions)
-        else:  # GQA's submission format, its own question ids
-            write_json(results, [{"questionId": external[qid], "prediction": answer}
-                                 for qid, answer in sorted(predictions.items())])
         report: dict[str, Any] = {"split": split, "checkpoint": str(checkpoint.path),
                                   "data_root": str(Path(cfg.data.root).resolve()), "questions": len(predictions),
                                   "results": str(results)}
@@ -460,6 +477,14 @@ class VisualQuestionAnswering:
             unanswerable = sum(not scores for scores in dataset.targets)  # no candidate among the human answers
             report.update(unanswerable=unanswerable, format=cfg.data.format,
                           **evaluate_vqa(predictions, annotations).to_dict())
+        request.shown(report)
+        claim_output_dir(out)
+        external = data.split(split).external_ids
+        if external is None:
+            write_vqa_results(results, predictions)
+        else:  # GQA's submission format, its own question ids
+            write_json(results, [{"questionId": external[qid], "prediction": answer}
+                                 for qid, answer in sorted(predictions.items())])
         atomic_write_text(out / f"{split}_metrics.json", json.dumps(report, indent=1))
         return report
 
@@ -477,6 +502,7 @@ class VisualQuestionAnswering:
     def profile(self, cfg: Config, shapes: ProfileShapes) -> dict[str, Any]:
         """Parameters (total, per top-level module, the encoder-decoder backbone), FLOPs of a training step
         (forward, BCE, backward) and of answering a batch, backbone multiply-adds per question, latency."""
+        check_vqa_model_config(cfg.model, shapes.vocab_size, shapes.answers)  # the weights fit in memory
         model = build_vqa_model(cfg.model, shapes.vocab_size, shapes.answers)
         shapes = shapes.for_model(model)
         inputs = vqa_batch(shapes, cfg.model.feature_dim)

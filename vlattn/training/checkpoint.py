@@ -15,28 +15,27 @@ The weights and the vocabularies belong together (row i of an embedding or class
 vocabulary), so the weights file carries ``vlattn.vocabularies`` metadata: ``{name: sha256}`` of each
 vocabulary's entries (:func:`vocabulary_hash`). Reading a vocabulary checks its hash against the weights:
 a vocabulary file that was replaced or edited is a one-line :class:`~vlattn.errors.DataError`, never wrong
-captions. Checkpoints written before named vocabularies hold ``vocab.json`` and no metadata: that file is
-read as the ``words`` vocabulary, unchecked.
+captions.
 
-A checkpoint is written as a whole: files go into a temporary directory ``.<dir>.<pid>.<random>.tmp`` next to
-it, are flushed to disk, and the directory replaces ``<dir>`` by renames (:func:`vlattn.io.replace_dir`; the
-previous version is kept as ``.<dir>.<pid>.<random>.old`` until the swap is complete). A crash at any moment
-therefore leaves either the old or the new checkpoint readable, never a mix. Before a run writes checkpoints
+A checkpoint is written as a whole (:mod:`vlattn.io`): files go into a marked temporary directory
+``.<dir>.<pid>.<id>.tmp`` next to it, are flushed to disk, its marker becomes ``kind: checkpoint`` (with the
+``owner``: the id of the run writing it) and the directory replaces ``<dir>`` by renames
+(:func:`vlattn.io.replace_dir`). The checkpoint it replaces must be one vlattn wrote for the same owner, holding
+nothing else, checked at that moment: a user's folder named ``last`` is left in place with an error. A crash at
+any moment leaves either the old or the new checkpoint readable, never a mix. Before a run writes checkpoints
 again, :func:`recover_checkpoint` finishes a swap that a crash cut between its two renames and deletes the
-leftovers of killed writers (a first checkpoint whose write was killed leaves no checkpoint, only a leftover).
-Checkpoints written by earlier versions used ``<dir>.tmp``/``<dir>.old``; :func:`resolve_checkpoint` and
-:func:`recover_checkpoint` still understand them.
+leftovers of killed writers, only those proven vlattn's by their marker (a first checkpoint whose write was
+killed leaves no checkpoint, only a leftover).
 
 ``train_state.pt`` holds only tensors and plain Python containers (optimizer state, RNG states,
-counters) and is read with ``torch.load(..., weights_only=True)``.
+counters) and is read with ``torch.load(..., weights_only=True)`` (:func:`vlattn.torchload.load_torch_file`: a
+damaged or refused file is a one-line error naming it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,21 +46,27 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from vlattn.config import Config, config_from_dict, save_config
-from vlattn.errors import DataError
+from vlattn.errors import DataError, WriteError
 from vlattn.io import (
+    MARKER,
+    complete_dir,
     finish_files,
+    foreign_entries,
     make_temporary_dir,
+    read_marker,
     recover_swap,
-    remove_paths,
+    remove_owned,
     remove_stale_temporaries,
     replace_dir,
     stale_temporaries,
+    writing,
 )
+from vlattn.torchload import load_torch_file
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 STATE_FILE = "train_state.pt"
-LEGACY_VOCAB_FILE = "vocab.json"  # checkpoints before named vocabularies: the ``words`` vocabulary
+CHECKPOINT_KIND = "checkpoint"  # marker kind of a checkpoint directory
 VOCABULARIES_KEY = "vlattn.vocabularies"  # safetensors metadata: JSON {name: sha256}
 EXTRACTOR_KEY = "vlattn.extractor"  # safetensors metadata: the training store's extractor record (JSON), if any
 
@@ -103,15 +108,13 @@ class Checkpoint:
     path: Path
     config: Config
     train_state: dict[str, Any] | None
-    hashes: dict[str, str] = field(default_factory=dict)  # vocabulary name -> sha256; {} for old checkpoints
+    hashes: dict[str, str] = field(default_factory=dict)  # vocabulary name -> sha256; {}: none recorded
     extractor: dict[str, Any] | None = None  # the training features' extractor record (vlattn.data.features.record)
 
     def vocabulary(self, name: str, load: Callable[[Path], V]) -> V:
         """Vocabulary ``name`` read by ``load`` (e.g. ``Vocabulary.load``), checked against the hash recorded
         with the weights."""
         file = self.path / vocabulary_file(name)
-        if not file.is_file() and name == "words" and not self.hashes and (self.path / LEGACY_VOCAB_FILE).is_file():
-            return load(self.path / LEGACY_VOCAB_FILE)
         if self.hashes and name not in self.hashes:
             raise DataError(f"the weights record no {name!r} vocabulary (recorded: {', '.join(sorted(self.hashes))})",
                             path=self.path / MODEL_FILE)
@@ -128,6 +131,27 @@ class Checkpoint:
         return vocab
 
 
+def replaceable_checkpoint(owner: str | None) -> Callable[[Path], None]:
+    """The check :func:`~vlattn.io.replace_dir` runs on a checkpoint about to be replaced: a directory (not a
+    link) marked as a checkpoint of ``owner`` (a run's id; None: a checkpoint outside a run) holding only what
+    its marker lists."""
+
+    def check(path: Path) -> None:
+        marker = None if path.is_symlink() or not path.is_dir() else read_marker(path)
+        if marker is None or marker["kind"] != CHECKPOINT_KIND:
+            raise DataError(f"not a checkpoint written by vlattn (no {MARKER} of kind checkpoint); vlattn leaves it "
+                            "in place: move it away to continue", path=path)
+        if marker.get("owner") != owner:
+            raise DataError("a checkpoint of another run; vlattn leaves it in place: move it away to continue",
+                            path=path)
+        foreign = foreign_entries(path, marker["entries"])
+        if foreign:
+            raise DataError(f"holds files vlattn did not write: {', '.join(foreign[:5])}; vlattn leaves the "
+                            "checkpoint in place: move them away to continue", path=path)
+
+    return check
+
+
 def save_checkpoint(
     path: str | Path,
     model: torch.nn.Module,
@@ -135,28 +159,40 @@ def save_checkpoint(
     vocabularies: Mapping[str, NamedVocabulary],
     train_state: dict[str, Any] | None = None,
     extractor: Mapping[str, Any] | None = None,
+    *,
+    owner: str | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see module docstring); ``extractor`` is the record of the training
-    features' extractor. Returns its path."""
+    features' extractor, ``owner`` the id of the run writing it. Returns its path. A failed write raises
+    :class:`~vlattn.errors.WriteError` and leaves the previous one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
     tmp = make_temporary_dir(path)
     try:
-        hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
-        metadata = {VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)}
-        if extractor is not None:
-            metadata[EXTRACTOR_KEY] = json.dumps(dict(extractor), sort_keys=True)
-        save_model(model, str(tmp / MODEL_FILE), metadata=metadata)
-        save_config(config, tmp / CONFIG_FILE)
-        save_vocabularies(tmp, vocabularies)
-        if train_state is not None:
-            torch.save(train_state, tmp / STATE_FILE)
-        finish_files(tmp)
-        replace_dir(tmp, path)
+        with writing(path):
+            hashes = {name: vocabulary_hash(vocab) for name, vocab in vocabularies.items()}
+            metadata = {VOCABULARIES_KEY: json.dumps(hashes, sort_keys=True)}
+            if extractor is not None:
+                metadata[EXTRACTOR_KEY] = json.dumps(dict(extractor), sort_keys=True)
+            try:
+                save_model(model, str(tmp / MODEL_FILE), metadata=metadata)
+            except SafetensorError as err:  # the writer's I/O errors (disk full, file too large) come as this type
+                raise WriteError(path, err) from None
+            save_config(config, tmp / CONFIG_FILE)
+            save_vocabularies(tmp, vocabularies)
+            if train_state is not None:
+                try:
+                    torch.save(train_state, tmp / STATE_FILE)
+                except RuntimeError as err:  # torch's zip writer reports a failed write as a RuntimeError
+                    raise WriteError(path, str(err).splitlines()[0]) from None
+            complete_dir(tmp, CHECKPOINT_KIND, owner=owner)
+            finish_files(tmp)
+            replace_dir(tmp, path, replaceable_checkpoint(owner))
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            remove_owned(tmp)
     return path
 
 
@@ -167,34 +203,28 @@ def is_complete(path: Path) -> bool:
 
 def recover_checkpoint(path: str | Path) -> str | None:
     """Make checkpoint ``path`` whole again after a crash, before a run writes it again (the caller holds the run's
-    lock, so no writer is alive): finish a swap cut between its renames, delete leftovers of killed writers.
-    Returns a note of what was found, or None when there was nothing to do."""
+    lock, so no writer is alive): finish a swap cut between its renames, delete leftovers of killed writers
+    (only temporaries proven vlattn's by their marker). Returns a note of what was found, or None."""
     path = Path(path)
     leftovers = stale_temporaries(path, include_own=True)
-    legacy = [p for p in (path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")) if p.exists()]
-    if not leftovers and not legacy:
+    if not leftovers:
         return None
-    note = f"{path}: removed {len(leftovers) + len(legacy)} leftover(s) of an interrupted checkpoint write"
+    note = f"{path}: removed {len(leftovers)} leftover(s) of an interrupted checkpoint write"
     swapped = recover_swap(path, leftovers)
     if swapped is not None:
         leftovers.remove(swapped)
         note = f"{path}: completed a checkpoint swap interrupted between its renames"
-    elif not path.exists() and is_complete(legacy_old := path.with_name(path.name + ".old")):
-        os.replace(legacy_old, path)
-        legacy.remove(legacy_old)
-        note = f"{path}: restored the previous checkpoint kept as {legacy_old.name}"
-    remove_paths(leftovers + legacy)
+    for entry in leftovers:
+        remove_owned(entry)
     return note
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory for ``path``: a checkpoint itself, or a run dir (its ``best``, else ``last``)."""
     path = Path(path)
-    candidates = [path, path / "checkpoints" / "best", path / "checkpoints" / "last"]
-    for candidate in candidates:
-        for variant in (candidate, candidate.with_name(candidate.name + ".old")):
-            if is_complete(variant):
-                return variant
+    for candidate in (path, path / "checkpoints" / "best", path / "checkpoints" / "last"):
+        if is_complete(candidate):
+            return candidate
     raise DataError("no checkpoint found (expected model.safetensors + config.json, or a run dir)", path=path)
 
 
@@ -222,7 +252,7 @@ def recorded_extractor(file: Path) -> dict[str, Any] | None:
 
 
 def recorded_hashes(file: Path) -> dict[str, str]:
-    """The ``{vocabulary name: sha256}`` metadata of a weights file ({} for checkpoints written before it)."""
+    """The ``{vocabulary name: sha256}`` metadata of a weights file ({} when it records none)."""
     metadata = weights_metadata(file)
     if VOCABULARIES_KEY not in metadata:
         return {}
@@ -245,7 +275,10 @@ def load_checkpoint(path: str | Path, *, with_state: bool = False) -> Checkpoint
         raise DataError(f"malformed JSON: {err}", path=directory / CONFIG_FILE) from None
     state = None
     if with_state and (directory / STATE_FILE).is_file():
-        state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
+        state = load_torch_file(directory / STATE_FILE, "training state")
+        if not isinstance(state, dict):
+            raise DataError(f"not a training state: holds a {type(state).__name__}, not a mapping",
+                            path=directory / STATE_FILE)
     weights = directory / MODEL_FILE
     return Checkpoint(directory, config, state, recorded_hashes(weights), recorded_extractor(weights))
 

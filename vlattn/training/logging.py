@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from vlattn.io import atomic_write_text
+from vlattn.errors import WriteError
+from vlattn.io import atomic_write_text, writing
 
 LOG_FILE = "metrics.jsonl"
 
@@ -48,11 +52,12 @@ class RunLog:
         if not enabled:
             return
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        kept = read_records(run_dir / LOG_FILE)[:keep]
-        atomic_write_text(run_dir / LOG_FILE, "".join(json.dumps(r, allow_nan=True) + "\n" for r in kept))
+        self._path = run_dir / LOG_FILE
+        kept = read_records(self._path)[:keep]
+        atomic_write_text(self._path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in kept))
         self.records = len(kept)
-        self._file = open(run_dir / LOG_FILE, "a", encoding="utf-8")
+        with writing(self._path):
+            self._file = open(self._path, "ab", buffering=0)  # the file just written by this process (no link)
         try:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -66,8 +71,14 @@ class RunLog:
         if not self.enabled or self._file is None:
             return
         record = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
-        self._file.write(json.dumps(record, allow_nan=True) + "\n")
-        self._file.flush()
+        data, end = (json.dumps(record, allow_nan=True) + "\n").encode("utf-8"), self._file.tell()
+        try:
+            if self._file.write(data) != len(data):
+                raise OSError(errno.ENOSPC, "the record was written only in part")
+        except OSError as err:  # disk full: cut the partial record, so the log stays whole lines
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._file.fileno(), end)
+            raise WriteError(self._path, err) from None
         self.records += 1
         if self._writer is not None:
             for key, value in values.items():

@@ -23,6 +23,7 @@ so every sample of the epoch is seen once. SIGINT/SIGTERM stop the run at the ne
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import random
 import sys
@@ -33,12 +34,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from vlattn.errors import TrainingInterrupted, VlattnError
+from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
 from vlattn.training.schedules import Schedule
 from vlattn.training.signals import StopSignals, ignore_stop_signals
+
+LOG = logging.getLogger("vlattn.training")
 
 Batch = dict[str, Any]
 Objective = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
@@ -144,13 +147,10 @@ class LoopState:
                 "order_batch_size": self.order_batch_size}
 
     @classmethod
-    def from_dict(cls, loop: dict[str, Any], samples_per_batch: int) -> LoopState:
-        """The state saved by :meth:`to_dict`. States saved before positions were counted in samples hold
-        ``batch_in_epoch``, converted with ``samples_per_batch`` (the saving run's batch size x ranks), and no
-        ``log_records`` (-1: unknown)."""
-        sample = loop.get("sample_in_epoch", int(loop.get("batch_in_epoch", 0)) * samples_per_batch)
-        return cls(int(loop["epoch"]), int(sample), int(loop["step"]), float(loop["best_score"]),
-                   int(loop.get("log_records", -1)), int(loop.get("stale_epochs", 0)),
+    def from_dict(cls, loop: dict[str, Any]) -> LoopState:
+        """The state saved by :meth:`to_dict`."""
+        return cls(int(loop["epoch"]), int(loop["sample_in_epoch"]), int(loop["step"]), float(loop["best_score"]),
+                   int(loop["log_records"]), int(loop.get("stale_epochs", 0)),
                    int(loop.get("order_batch_size", 0)))
 
 
@@ -240,16 +240,16 @@ class Trainer:
         """Continue from a saved training state (the model weights are loaded by the caller). The optimizer's
         state (moments, step counts) comes from ``train_state``; its hyper-parameters (betas, weight decay)
         stay those it was built with, so a resumed run uses the settings it is given. The position inside the
-        epoch is kept in samples, so another batch size continues where the saved run stopped. A state saved
-        before positions were counted in samples is converted with its ``loop.batch_size`` (default: this
-        run's)."""
+        epoch is kept in samples, so another batch size continues where the saved run stopped."""
         if train_state.get("stage") != self.options.stage:
             raise VlattnError(
                 f"cannot resume stage {self.options.stage!r} from a checkpoint of stage {train_state.get('stage')!r}"
             )
-        loop = train_state["loop"]
-        batch_size = int(loop.get("batch_size", self.options.batch_size))
-        self.state = LoopState.from_dict(loop, batch_size * self.ctx.world_size)
+        try:
+            self.state = LoopState.from_dict(train_state["loop"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise VlattnError(f"cannot resume: the checkpoint's training state has no valid loop counters "
+                              f"(missing or bad {err})") from None
         settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         try:
             self.optimizer.load_state_dict(train_state["optimizer"])
@@ -291,7 +291,10 @@ class Trainer:
         with autocast(self.options.precision, self.device):
             loss, logs = self.objective(self.model, _to_device(batch, self.device))
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss.item()} at step {self.state.step} (epoch {self.state.epoch})")
+            raise TrainingDiverged(
+                f"stage {self.options.stage!r}: the loss is {loss.item()} at step {self.state.step} (epoch "
+                f"{self.state.epoch + 1}); nothing of this step was saved, the run's checkpoints are those of earlier "
+                "steps; lower the learning rate (train.schedule) or clip gradients (train.grad_clip)")
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         average_gradients(self.model, self.ctx)
@@ -303,7 +306,10 @@ class Trainer:
         self.state.step += 1
         return {"loss": float(loss.detach()), "lr": lr, **logs}
 
-    def _end_epoch(self) -> dict[str, float]:
+    def _end_epoch(self, complete: bool = True) -> dict[str, float]:
+        """Validate, then save ``best`` (if better) and ``last``. ``complete``: the epoch's order was gone through
+        (else a ``max_steps`` stop inside it: the position in the epoch is kept, so a resumed run with a higher
+        ``max_steps`` goes on from there, and patience does not count it)."""
         metrics: dict[str, float] = {}
         if self.validate is not None and self.ctx.is_main:
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
@@ -317,10 +323,11 @@ class Trainer:
         improved = score > self.state.best_score
         if improved:
             self.state.best_score = score
-        stale = 0 if improved else self.state.stale_epochs + 1
-        self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
-        self.state.epoch += 1
-        self.state.sample_in_epoch = 0
+        if complete:
+            stale = 0 if improved else self.state.stale_epochs + 1
+            self.state.stale_epochs = broadcast_int(stale, self.ctx, self.device)  # rank 0 validated
+            self.state.epoch += 1
+            self.state.sample_in_epoch = 0
         if improved:  # before ``last``: a crash between the two leaves ``last`` at the previous state, so the
             self.save("best")  # resumed run validates this epoch again and writes ``best`` then
         self.save("last")
@@ -344,13 +351,20 @@ class Trainer:
     def fit(self, log: RunLog) -> dict[str, float]:
         """Train until ``epochs`` are done, logging to ``log``; returns the last validation metrics.
 
-        ``max_steps`` (> 0) ends the run early: the epoch in progress is closed where it stops
-        (validated, saved as ``last``/``best``), which keeps quick runs usable. SIGINT/SIGTERM save ``last`` at
-        the next step boundary and raise :class:`~vlattn.errors.TrainingInterrupted`.
+        ``max_steps`` (> 0) ends the run early: the model is validated and saved as ``last``/``best`` where it
+        stops, which keeps quick runs usable, and the position inside the epoch is kept (a resumed run with a
+        higher ``max_steps`` continues from there). SIGINT/SIGTERM save ``last`` at the next step boundary and
+        raise :class:`~vlattn.errors.TrainingInterrupted`. A run with nothing left to train says why on stderr.
         """
         self.log = log
         last_metrics: dict[str, float] = {}
         quiet = not sys.stderr.isatty() or not self.ctx.is_main
+        if self._done() and self.ctx.is_main:
+            LOG.warning("nothing to train: step %d has reached train.max_steps=%d (raise it with --set "
+                        "train.max_steps=N, or 0 for no limit)", self.state.step, self.options.max_steps)
+        elif self.state.epoch >= self.options.epochs and self.ctx.is_main:
+            LOG.warning("nothing to train: all %d epochs of stage %s are done (raise the stage's epochs with --set, "
+                        "e.g. train.epochs=N)", self.options.epochs, self.options.stage)
         try:
             with StopSignals() as signals:
                 while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
@@ -369,7 +383,8 @@ class Trainer:
                         if self._done():
                             break
                         self._stop_if_signalled(signals)
-                    last_metrics = self._end_epoch()
+                    last_metrics = self._end_epoch(complete=self.state.sample_in_epoch == sampler.ends[-1]
+                                                   if sampler.ends else True)
             if self._out_of_patience():
                 self.log.write("stop", self.state.step, epoch=self.state.epoch, stage=self.options.stage,
                                reason=f"no better {self.options.selection_metric} for {self.state.stale_epochs} epochs")

@@ -2,10 +2,13 @@
 
 Files of a run directory besides those :mod:`vlattn.training.stage` lists::
 
-    RUN_DIR/.vlattn.json    marker: a run directory written by vlattn (``kind: run``)
-    RUN_DIR/.lock           lock file: the training process (rank 0 under torchrun) holds an OS lock on it
-                            (``flock``) and has written its PID into it; the OS releases the lock when the
-                            process ends, however it ends (kill -9 included)
+    RUN_DIR/.vlattn.json    marker: a run directory written by vlattn (``kind: run``) and the run's random ``id``;
+                            its checkpoints carry the same id as their ``owner``
+    RUN_DIR/.lock           lock file, there while a ``vlattn train`` runs: it holds an OS lock on it
+                            (``flock``; rank 0 under torchrun) and its first line reads ``vlattn run lock``, the
+                            second the PID. The OS releases the lock when the process ends, however it ends
+                            (kill -9 included); the file is removed when the command ends. A ``.lock`` vlattn did
+                            not write (another first line, a symbolic link) is left untouched with an error
     RUN_DIR/history.jsonl   one record per ``vlattn train`` that started in the run: fresh or resumed, the
                             checkpoint resumed from, every setting that differs from that checkpoint's config
                             and where the change came from, what recovery found
@@ -16,14 +19,17 @@ Rules:
   children (DataLoader workers) close their copy of the lock, so it dies with the training process.
 - A fresh start needs a new or empty directory, or a run directory without a complete checkpoint (a run whose
   first checkpoint write was killed): its leftovers are cleaned and the run starts again. A directory with a
-  complete checkpoint needs ``--resume``; a non-empty directory that is not a run is refused.
-- Before anything else, recovery finishes a checkpoint swap that a crash cut between its two renames and deletes
-  the temporaries of killed writers (:func:`vlattn.training.checkpoint.recover_checkpoint`).
+  complete checkpoint needs ``--resume``; a non-empty directory that is not a run is refused before anything
+  is created or changed in it.
+- Once the directory is known to be a run (or empty) and locked, recovery finishes a checkpoint swap that a crash
+  cut between its two renames and deletes the temporaries of killed writers, only those proven vlattn's by their
+  marker (:func:`vlattn.training.checkpoint.recover_checkpoint`).
 - ``--resume`` continues from ``checkpoints/last`` (``best`` if a crash left only that; both are written at the
   end of an epoch, ``best`` first). With no complete checkpoint at all it starts the run over, saying so.
 - A resumed run keeps its configuration (:func:`resume_config`): the run's ``config.yaml``, changed only by
   ``--set`` (task, model and data are fixed; ``data.root``, ``data.num_workers`` and ``data.region_cache_mb`` may
-  change). A ``--config`` given on resume is checked against the run (task, model and data must agree) and its other values are
+  change, but ``data.root`` must hold the same data set: every checkpoint records its hashes and a resume on
+  other data is refused). A ``--config`` given on resume is checked against the run (task, model and data must agree) and its other values are
   ignored, each reported. Every setting that differs from the resumed checkpoint's config is reported.
 - A command that fails leaves the run's files as they were: ``config.yaml``, the vocabularies, the marker and
   ``metrics.jsonl`` are (re)written only once every check has passed (:meth:`RunDirectory.commit`), each
@@ -33,10 +39,12 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,7 +61,19 @@ from vlattn.config import (
     save_config,
 )
 from vlattn.errors import ConfigError, DataError, VlattnError
-from vlattn.io import MARKER, atomic_write_text, marker_kind, remove_paths, stale_temporaries_in, temporary_target, write_marker
+from vlattn.io import (
+    MARKER,
+    atomic_write_text,
+    make_temporary_dir,
+    new_id,
+    read_marker,
+    remove_owned,
+    remove_stale_temporaries_in,
+    stale_temporaries_in,
+    temporary_target,
+    write_marker,
+    writing,
+)
 from vlattn.training.checkpoint import (
     NamedVocabulary,
     is_complete,
@@ -63,7 +83,6 @@ from vlattn.training.checkpoint import (
     vocabulary_file,
     vocabulary_hash,
 )
-from vlattn.training.logging import read_records
 
 LOG = logging.getLogger("vlattn.training")
 LOCK_FILE = ".lock"
@@ -90,39 +109,83 @@ def _close_inherited_locks() -> None:
 os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
+LOCK_SIGNATURE = b"vlattn run lock\n"
+_LOCK_SIZE = len(LOCK_SIGNATURE) + 21  # the signature, then the PID padded with spaces and a newline
+
+
 def _holder(fd: int) -> str:
     """The PID written into a lock file ('unknown' while its holder has not written it yet)."""
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    text = os.pread(fd, _LOCK_SIZE, 0)[len(LOCK_SIGNATURE):].decode("ascii", "replace").strip()
     return text if text.isdigit() else "unknown"
+
+
+def _lock_text(pid: int | None) -> bytes:
+    return LOCK_SIGNATURE + (str(pid) if pid else "").ljust(_LOCK_SIZE - len(LOCK_SIGNATURE) - 1).encode() + b"\n"
+
+
+def _create_lock(lock: Path) -> None:
+    """Create ``lock`` holding vlattn's signature from its first moment (written beside it, then hard-linked into
+    place, which never replaces an existing file)."""
+    tmp = make_temporary_dir(lock)
+    try:
+        (tmp / lock.name).write_bytes(_lock_text(None))
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp / lock.name, lock)
+    finally:
+        remove_owned(tmp)
+
+
+def _open_lock(lock: Path) -> int:
+    """Open vlattn's lock file ``lock`` (created if missing); a link or a file vlattn did not write is refused."""
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            _create_lock(lock)
+            continue
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise VlattnError(f"{lock}: is a symbolic link; vlattn does not write through links it did not "
+                                  "create: remove it or choose another --out") from None
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(LOCK_SIGNATURE), 0) == LOCK_SIGNATURE:
+            return fd
+        os.close(fd)
+        raise VlattnError(f"{lock}: not a lock file written by vlattn; vlattn leaves it as it is: remove it or "
+                          "choose another --out")
 
 
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the OS lock of ``run_dir`` (an existing directory), or raise naming the process that holds it."""
+    """Hold the OS lock of ``run_dir`` (an existing directory), or raise naming the process that holds it. The
+    lock file is removed again when the block ends."""
     lock = run_dir / LOCK_FILE
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
+    with writing(lock):
+        while True:
+            fd = _open_lock(lock)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise VlattnError(f"{run_dir}: run directory is in use by process {holder} (another vlattn "
+                                  "train); wait for it to end or choose another --out") from None
+            try:
+                current = os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False))
+            except FileNotFoundError:
+                current = False
+            if current:  # not a lock file that its previous holder removed while we opened it
+                break
             os.close(fd)
-            raise VlattnError(f"{run_dir}: run directory is in use by process {holder} (another vlattn train); "
-                              "wait for it to end or choose another --out") from None
-        try:
-            current = os.path.samestat(os.fstat(fd), os.stat(lock))
-        except FileNotFoundError:
-            current = False
-        if current:  # not a lock file that a failed command removed while we waited for it
-            break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, _lock_text(os.getpid()), 0)
     _held_locks.add(fd)
     try:
         yield
     finally:
         _held_locks.discard(fd)
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False)):
+                lock.unlink()  # the file this process locked (checked above): vlattn's own
         os.close(fd)
 
 
@@ -224,11 +287,32 @@ class RunDirectory:
         return self.path / CHECKPOINTS
 
     def is_run(self) -> bool:
-        """Marked as a run directory (or one written before the marker: ``config.yaml`` and ``checkpoints/``)."""
-        marked = marker_kind(self.path)
-        if marked is not None:
-            return marked[0] == RUN_KIND
-        return (self.path / CONFIG_FILE).is_file() and self.checkpoints.is_dir()
+        """Marked as a run directory by vlattn (a marker of kind ``run`` with the run's id)."""
+        return self.run_id is not None
+
+    @property
+    def run_id(self) -> str | None:
+        """The random id in the run's marker, or None when the directory is not a marked run."""
+        marker = None if self.path.is_symlink() else read_marker(self.path)
+        if marker is None or marker["kind"] != RUN_KIND or not isinstance(marker.get("id"), str):
+            return None
+        return marker["id"]
+
+    def check_claimable(self, resume: bool) -> None:
+        """Refuse, before anything is created or changed in it, a directory that is neither a run nor empty (a
+        fresh start) or not a run (``resume``)."""
+        if self.is_run():
+            return
+        if resume:
+            raise VlattnError(f"{self.path}: nothing to resume: not a vlattn run directory")
+        if not os.path.lexists(self.path):
+            return
+        if self.path.is_symlink() or not self.path.is_dir():
+            raise VlattnError(f"{self.path}: not a directory; choose a new or empty --out")
+        foreign = sorted(e.name for e in self.path.iterdir() if e.name != LOCK_FILE)
+        if foreign:
+            raise VlattnError(f"{self.path}: not a vlattn run directory and not empty (it holds "
+                              f"{', '.join(foreign[:5])}); choose a new or empty --out")
 
     def latest(self) -> Path | None:
         """The complete checkpoint a resumed run continues from (``last``, else ``best``), or None."""
@@ -239,7 +323,8 @@ class RunDirectory:
         return load_config(self.path / CONFIG_FILE) if (self.path / CONFIG_FILE).is_file() else None
 
     def recover(self) -> list[str]:
-        """Finish interrupted checkpoint swaps and delete temporaries of killed writers (under the lock)."""
+        """Finish interrupted checkpoint swaps and delete temporaries of killed writers (under the lock, in a
+        directory known to be a run or empty; only temporaries proven vlattn's)."""
         notes = []
         names = set(RESUMABLE) | {temporary_target(e).name for e in stale_temporaries_in(self.checkpoints, include_own=True)}
         for name in sorted(names):
@@ -247,28 +332,24 @@ class RunDirectory:
             if note is not None:
                 notes.append(note)
         for directory in (self.path, self.checkpoints):
-            removed = remove_paths(stale_temporaries_in(directory, include_own=True))
+            removed = remove_stale_temporaries_in(directory, include_own=True)
             if removed:
                 notes.append(f"{directory}: removed {len(removed)} leftover temporary file(s) of a killed writer")
         return notes
 
     def begin(self, given: Config | None, overrides: Sequence[str], *, resume: bool) -> Start:
-        """Under the lock (rank 0): recover, then decide where the run starts and with which config."""
+        """Under the lock (rank 0): check the directory is the run's, recover, then decide where the run starts
+        and with which config."""
+        self.check_claimable(resume)
         notes = self.recover()
         latest = self.latest()
         if not resume:
             if latest is not None:
                 raise VlattnError(f"{self.path}: run directory already has checkpoints; pass --resume to continue it "
                                   "or choose another --out")
-            foreign = sorted(e.name for e in self.path.iterdir() if e.name not in (LOCK_FILE, MARKER))
-            if foreign and not self.is_run():
-                raise VlattnError(f"{self.path}: not a vlattn run directory and not empty (it holds "
-                                  f"{', '.join(foreign[:5])}); choose a new or empty --out")
-            if foreign:
+            if any(e.name not in (LOCK_FILE, MARKER) for e in self.path.iterdir()):
                 notes.append(f"{self.path}: no complete checkpoint: starting the run afresh over an earlier attempt")
             return Start(self._required(given), None, notes=notes)
-        if not self.is_run() and latest is None:
-            raise VlattnError(f"{self.path}: nothing to resume: not a vlattn run directory")
         saved = self.saved_config()
         if latest is None:
             notes.append(f"{self.path}: no complete checkpoint (its first checkpoint write was interrupted): "
@@ -285,16 +366,16 @@ class RunDirectory:
         """Hold the run's lock (rank 0), creating the directory if need be. If the body fails before
         :meth:`commit`, a directory this call created is removed again."""
         created = [p for p in (self.path, *self.path.parents) if not p.exists()]
-        self.path.mkdir(parents=True, exist_ok=True)
+        with writing(self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         try:
             with run_lock(self.path):
                 yield self
         except BaseException:
             if created and not self.committed:
                 with contextlib.suppress(OSError):
-                    (self.path / LOCK_FILE).unlink()
                     for directory in created:
-                        directory.rmdir()
+                        directory.rmdir()  # created by this call; rmdir removes only an empty directory
             raise
 
     def _required(self, given: Config | None) -> Config:
@@ -314,16 +395,12 @@ class RunDirectory:
                                 f"{actual[:12]}..., the weights were trained with {hashes[name][:12]}...); restore "
                                 f"it from {CHECKPOINTS}/last/{vocabulary_file(name)}", path=file)
 
-    def log_records(self, step: int) -> int:
-        """How many leading records of ``metrics.jsonl`` were written at or before ``step`` (for checkpoints that
-        did not count their records)."""
-        records = read_records(self.path / "metrics.jsonl")
-        return next((i for i, record in enumerate(records) if record.get("step", 0) > step), len(records))
-
     def commit(self, config: Config, vocabularies: Mapping[str, NamedVocabulary], start: Start, step: int,
                stage: str) -> None:
-        """Every check passed: mark the directory, write ``config.yaml`` and the vocabularies, record the start."""
-        write_marker(self.path, RUN_KIND)
+        """Every check passed: mark the directory (keeping the run's id), write ``config.yaml`` and the
+        vocabularies, record the start."""
+        if self.run_id is None:
+            write_marker(self.path, RUN_KIND, id=new_id())
         save_config(config, self.path / CONFIG_FILE)
         save_vocabularies(self.path, vocabularies)
         record = {

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from torch import nn
 
-from vlattn.config import Spec, bounded, lookup, parse_options
+from vlattn.config import MAX_WIDTH, Spec, bounded, lookup, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers.grouped import GroupedLinear
 
@@ -56,7 +56,7 @@ class Noam:
 
     warmup: int = bounded(10000, ge=1)
     scale: float = bounded(1.0, gt=0.0)
-    d_model: int | None = bounded(None, ge=1)
+    d_model: int | None = bounded(None, ge=1, le=MAX_WIDTH)
     epoch_offset: bool = False
 
     def lr_at(self, step: int, epoch: int) -> float:

@@ -40,9 +40,16 @@ from torch.utils.data import Dataset
 
 from vlattn.config import Config, value_at
 from vlattn.data.resources import PrepareResources
-from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError
+from vlattn.errors import ConfigError, DataError, TrainingInterrupted, VlattnError, one_line
 from vlattn.precision import compile_layers
-from vlattn.training.checkpoint import Checkpoint, NamedVocabulary, load_checkpoint, load_weights, save_checkpoint
+from vlattn.training.checkpoint import (
+    STATE_FILE,
+    Checkpoint,
+    NamedVocabulary,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+)
 from vlattn.training.distributed import (
     DistContext,
     broadcast_parameters,
@@ -58,12 +65,19 @@ from vlattn.training.rundir import RunDirectory, Start, report
 from vlattn.training.schedules import Scaled, build_schedule, lr_scale
 
 
+# the keys the stage runner and training loop read for every stage of every task
+RUN_KEYS = frozenset({"data.root", "data.num_workers", "train.seed", "train.grad_clip", "train.adam_eps",
+                      "train.weight_decay", "train.max_steps", "train.log_every", "train.checkpoint_every",
+                      "train.precision", "train.compile"})
+
+
 class StageData(Protocol):
     """What the runner needs of the object a stage's data loader returns (the stage's other parts read the
     rest): the named vocabularies that every checkpoint of the run stores, and the resources of ``prepare``
     hooks. A data object may also offer ``summary() -> dict`` (sizes, skipped items), which the runner writes
-    to ``metrics.jsonl`` as a ``data`` record once the training set is built, and ``feature_extractor`` (the
-    extractor record of its feature store, or None), which every checkpoint records."""
+    to ``metrics.jsonl`` as a ``data`` record once the training set is built, ``feature_extractor`` (the
+    extractor record of its feature store, or None), which every checkpoint records, and ``fingerprint() -> dict``
+    (hashes of what the data set holds), which every checkpoint records and a resumed run must match."""
 
     @property
     def vocabularies(self) -> Mapping[str, NamedVocabulary]: ...
@@ -117,6 +131,12 @@ class Stage(Generic[D]):
     lr_scaling: bool = False
     finish: Callable[[Config, D, Path, torch.device], None] | None = None
 
+    def reads(self) -> frozenset[str]:
+        """The config keys the stage runner reads for this stage: its own (schedule, epochs, ...) and
+        :data:`RUN_KEYS`."""
+        own = (self.schedule, self.epochs, self.batch_size, self.patience, self.adam_betas, self.length_buckets)
+        return RUN_KEYS | {key for key in own if key is not None} | ({"train.lr_scaling"} if self.lr_scaling else set())
+
 
 def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | None) -> Checkpoint | None:
     """The checkpoint a run starts from: the run's own one (``start.resume_from``, with its training state), the
@@ -134,6 +154,23 @@ def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | N
         raise VlattnError(f"stage {stage.name!r} starts from a trained model: pass --init CHECKPOINT (e.g. the run "
                           "directory of the previous stage)")
     return None
+
+
+def data_fingerprint(data: StageData) -> dict[str, str]:
+    """The data object's ``fingerprint()`` (hashes of what the data set holds), or {} if it offers none."""
+    fingerprint = getattr(data, "fingerprint", None)
+    return {} if fingerprint is None else dict(fingerprint())
+
+
+def check_same_data(recorded: Mapping[str, str] | None, found: Mapping[str, str], cfg: Config) -> None:
+    """A resumed run must train on the data set it was trained on (it may have moved: ``data.root`` may change)."""
+    if recorded is None:
+        return
+    differ = sorted(key for key in set(recorded) | set(found) if recorded.get(key) != found.get(key))
+    if differ:
+        raise ConfigError(f"cannot resume: data.root={cfg.data.root} holds another data set than the run was trained "
+                          f"on ({', '.join(differ)} differ); point data.root at the run's data set, or start a new "
+                          "run with --init to reuse its weights")
 
 
 def run_stage(
@@ -154,6 +191,7 @@ def run_stage(
     with contextlib.ExitStack() as held:
 
         def begin() -> Start:  # rank 0, shared with the other ranks
+            run.check_claimable(resume)  # before the lock file is created in a directory that is not the run's
             held.enter_context(run.locked())
             start = run.begin(cfg, overrides, resume=resume)
             if check is not None:
@@ -175,6 +213,10 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     resuming = start.resume_from is not None and source is not None and source.train_state is not None
     torch.manual_seed(cfg.train.seed)
     data = stage.load_data(cfg, source)
+    fingerprint = data_fingerprint(data)
+    if resuming:
+        assert source is not None and source.train_state is not None
+        check_same_data(source.train_state.get("data"), fingerprint, cfg)
     model = stage.build_model(cfg, data)
     prepared: list[str] = []
     if source is not None:
@@ -192,7 +234,8 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     extractor = getattr(data, "feature_extractor", None)  # optional: the training store's extractor record
 
     def write_checkpoint(name: str, train_state: dict[str, Any]) -> None:
-        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, train_state, extractor)
+        state = {**train_state, "data": fingerprint}
+        save_checkpoint(run.checkpoints / name, model, cfg, vocabularies, state, extractor, owner=run.run_id)
 
     train = cfg.train
     betas = value_at(cfg, stage.adam_betas) or train.adam_betas
@@ -231,9 +274,14 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     keep = 0
     if resuming:
         assert source is not None and source.train_state is not None
-        loop = {"batch_size": value_at(source.config, stage.batch_size), **source.train_state["loop"]}
-        trainer.restore({**source.train_state, "loop": loop})
-        keep = trainer.state.log_records if trainer.state.log_records >= 0 else run.log_records(trainer.state.step)
+        try:
+            trainer.restore(source.train_state)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as err:
+            raise DataError(f"malformed training state ({type(err).__name__}: {one_line(err)}); resume from "
+                            "another checkpoint or start a new run with --init", path=source.path / STATE_FILE) from None
+        except VlattnError as err:  # refused by the trainer (stage, loop counters, optimizer): name the file
+            raise DataError(str(err), path=source.path / STATE_FILE) from None
+        keep = trainer.state.log_records
     # every check has passed: from here on the run's files change
     if ctx.is_main:
         report(start)

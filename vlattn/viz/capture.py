@@ -11,7 +11,8 @@ What is recorded (``Call.kind``):
 - ``attention``: the weights (B, H, Nq, Nk) of every multi-head-family call (``MultiHeadAttention.attend``, which
   plain calls, M2's ``attend_each`` over encoder levels, memory slots (Nk = regions + slots), G-MHA, NSA/GSA and
   CATT's in-sample and cross-sample attentions all go through) and of additive attention (B, 1, Nq, Nk);
-- ``units``: every unit's weights of a stacked / SLA mechanism, (T, B, 1, Nq, Nk);
+- ``units``: every unit's weights of a stacked / SLA mechanism, (T, B, 1, Nq, Nk), and of each stream of the
+  twin-stream VQA model (recorded when the stream's output is read);
 - ``geometry``: GSA's geometric bias phi (B, H, Nq, Nk) added to the logits;
 - ``gates``: M2's meshed gates alpha (N levels, R, T, d);
 - ``streams``: CATT's fused streams, the L2 norms of the in-sample and cross-sample inputs (2, ..., positions);
@@ -38,6 +39,7 @@ from vlattn.attention.stacked import UnitStack
 from vlattn.catt.fusion import StreamFusion
 from vlattn.models.meshed import MeshedCrossAttention
 from vlattn.models.reduction import AttentionalReduction
+from vlattn.models.twin_stream import Stream
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,14 @@ def _tap_trace(recorder: AttentionRecorder, site: str, trace: Callable[..., Any]
     return tapped
 
 
+def _tap_stream_output(recorder: AttentionRecorder, site: str, output: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(output)
+    def tapped(state: Any) -> Any:
+        recorder.record(site, "units", torch.stack(list(state.weights)))  # every unit's weights, (T, B, 1, 1, K)
+        return output(state)
+    return tapped
+
+
 def _tap_returned(kind: str) -> Tap:
     """A tap recording what the method returns (when it is a tensor) under ``kind``."""
     def make(recorder: AttentionRecorder, site: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -161,6 +171,7 @@ TAPS: tuple[tuple[type, str, Tap], ...] = (
     (GeometryAwareSelfAttention, "logit_bias", _tap_returned("geometry")),
     (AdditiveAttention, "forward", _tap_forward_weights),
     (UnitStack, "trace", _tap_trace),
+    (Stream, "output", _tap_stream_output),
     (MeshedCrossAttention, "gates", _tap_returned("gates")),
     (StreamFusion, "forward", _tap_streams),
     (AttentionalReduction, "weights", _tap_returned("reduction")),

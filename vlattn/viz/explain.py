@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vlattn.catt.dictionary import GlobalDictionary
 from vlattn.data.features import open_store
 from vlattn.data.karpathy import load_karpathy
 from vlattn.data.vqa import question_tokens
@@ -173,6 +174,7 @@ def explain_caption(page: Page, predictor: Captioner, store, image_id: int, canv
         page.add("CATT: in-sample share of the fused output per word",
                  "|Z^| / (|Z^| + |X^|) at the fusion (1: in-sample only)", "streams.png",
                  figures.bars(share, words[: len(share)], "in-sample share"))
+    dictionary_panels(page, predictor, recorder, store, regions)
     geometry = [c for c in recorder.calls[: recorder.steps[0] if recorder.steps else 0] if c.kind == "geometry"]
     if geometry and site_names:
         source = int(maps[0, -1].argmax())
@@ -198,9 +200,71 @@ def explain_answer(page: Page, predictor: Answerer, store, image_id: int, questi
         else:
             page.add("Attention reduction over the question words", call.site, "reduction-words.png",
                      figures.bars(weights[: len(words)], words[: len(weights)], "weight"))
+    for call in recorder.of("units"):  # the twin-stream model's streams: every unit's map
+        maps = call.value[:, 0, 0, -1].numpy()  # (T, K)
+        units = [f"unit {t + 1}" for t in range(maps.shape[0])]
+        if maps.shape[-1] == regions:
+            page.add(f"Stacked attention over the regions: {call.site}", "", f"units-{call.site}.png",
+                     figures.overlay_grid(canvas, boxes, maps[None], [call.site], units))
+        else:
+            page.add(f"Stacked attention over the question: {call.site}", "", f"units-{call.site}.png",
+                     figures.heatmap(maps[:, : len(words)], units, words[: maps.shape[-1]], "units x words"))
     guided = [c for c in recorder.of("attention") if c.value.shape[-2] == regions and c.value.shape[-1] != regions]
     if guided:
         matrix = guided[-1].value[0].mean(0).numpy()[:, : len(words)]  # (N regions, words)
         page.add("Question-guided attention (last image layer)", guided[-1].site + ": regions (rows) over words",
                  "guided.png", figures.heatmap(matrix, [str(i) for i in range(regions)], words[: matrix.shape[1]],
                                                "regions x question words"))
+
+
+NEIGHBOURS, TOP_ENTRIES, REGION_SAMPLE = 3, 5, 300
+
+
+def nearest(entries: torch.Tensor, candidates: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine similarity of each entry (E, D) to its ``k`` nearest ``candidates`` (C, D): values and indices (E, k)."""
+    similarity = torch.nn.functional.normalize(entries, dim=-1) @ torch.nn.functional.normalize(candidates, dim=-1).T
+    return similarity.topk(min(k, candidates.shape[0]), dim=-1)
+
+
+def dictionary_panels(page: Page, predictor: Captioner, recorder: AttentionRecorder, store,  # noqa: ANN001
+                      regions: int) -> None:
+    """CATT: the dictionary entries the caption's cross-sample attention weighed most (attention calls over as many
+    keys as a dictionary has entries, mean over heads, queries and calls), each shown by its nearest vocabulary
+    words (word dictionaries: cosine to the word embeddings) or nearest training regions (image dictionaries:
+    cosine to the regions of the first training images of the store)."""
+    model = predictor.model
+    for name, dictionary in model.named_modules():
+        if not isinstance(dictionary, GlobalDictionary):
+            continue
+        entries = dictionary().detach().float().cpu()  # (K, D)
+        size = entries.shape[0]
+        calls = [c for c in recorder.of("attention") if c.value.shape[-1] == size != regions]
+        if not calls:
+            continue
+        weight = torch.stack([c.value.mean(dim=(0, 1, 2)) for c in calls]).mean(0)  # (K,)
+        top = weight.topk(min(TOP_ENTRIES, size))
+        lines = []
+        if dictionary.source == "word":
+            table = model.word_embeddings.weight.detach().float().cpu()
+            if table.shape[1] == entries.shape[1]:
+                sims, ids = nearest(entries[top.indices], table, NEIGHBOURS)
+                words = predictor.vocab.itos
+                lines = [f"entry {int(e)} (weight {float(w):.3f}): " + ", ".join(
+                    f"{words[int(i)]} ({float(c):.2f})" for c, i in zip(sim, idx, strict=True))
+                    for e, w, sim, idx in zip(top.indices, top.values, sims, ids, strict=True)]
+        else:
+            ids = list(store.ids())[:REGION_SAMPLE]
+            features, owners = [], []
+            for image_id in ids:
+                sample = store.get(image_id)
+                features.append(torch.as_tensor(np.asarray(sample.features), dtype=torch.float32))
+                owners += [(image_id, r) for r in range(len(sample.features))]
+            bank = torch.cat(features)[:, : entries.shape[1] - dictionary.zero_channels]
+            sims, idx = nearest(entries[top.indices][:, : bank.shape[1]], bank, NEIGHBOURS)
+            lines = [f"entry {int(e)} (weight {float(w):.3f}): " + ", ".join(
+                f"image {owners[int(i)][0]} region {owners[int(i)][1]} ({float(c):.2f})" for c, i in zip(sim, ix, strict=True))
+                for e, w, sim, ix in zip(top.indices, top.values, sims, idx, strict=True)]
+        page.add(f"CATT: most-attended {dictionary.source} dictionary entries ({name})",
+                 " | ".join(lines) if lines else "entries " + ", ".join(str(int(e)) for e in top.indices),
+                 f"dictionary-{dictionary.source}.png",
+                 figures.bars(weight.numpy(), [str(k) for k in range(size)], f"mean attention per {dictionary.source} entry"))

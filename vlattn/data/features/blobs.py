@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -22,7 +23,10 @@ from vlattn.errors import DataError
 
 NPZ_MAGIC = b"PK\x03\x04"
 NPY_MAGIC = b"\x93NUMPY"
-READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+# a damaged .npy/.npz fails anywhere in NumPy's header parser (tokenize, ast) or the zip reader (an unknown
+# compression method)
+READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, SyntaxError,
+               tokenize.TokenError, NotImplementedError)
 
 
 class Blobs(Protocol):

@@ -21,11 +21,12 @@ from vlattn.data.features.checks import make_regions
 from vlattn.data.features.record import HDF5_ATTRIBUTE, Record, encode_record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, check_destination, refuse_overwrite
 from vlattn.errors import DataError
-from vlattn.io import atomic_path, remove_stale_temporaries
+from vlattn.io import atomic_path, remove_stale_temporaries, writing
 
 _FEATURES_KEY = re.compile(r"^(\d+)_features$")
-# Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header).
-_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError)
+# Errors h5py raises on files with damaged internals (a broken B-tree, heap or object header; an AssertionError
+# from its low-level readers included).
+_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, AssertionError)
 MARKER_ATTRIBUTE, KIND = "vlattn", "m2-hdf5"  # root attribute of files written by write_m2_hdf5
 
 
@@ -42,7 +43,7 @@ class M2HDF5Store(IndexedStore):
             raise DataError("HDF5 feature file not found", path=self.path)
         try:
             with self._open() as handle:
-                self._index_ids(int(m.group(1)) for key in handle.keys() if (m := _FEATURES_KEY.match(key)))
+                self._index_ids(int(m.group(1)) for key in handle.keys() if isinstance(key, str) and (m := _FEATURES_KEY.match(key)))
                 self._dim = dim if dim is not None else self._first_dim(handle)
         except _H5_ERRORS as err:
             raise DataError(f"cannot read HDF5 file (damaged?): {err}", path=self.path) from None
@@ -156,19 +157,23 @@ def write_m2_hdf5(
     attribute ``vlattn="m2-hdf5"`` marks the file as vlattn's, the only kind of existing file ``overwrite`` replaces.
     """
     path = check_m2_destination(path, overwrite)
-    remove_stale_temporaries(path)
+    with writing(path):
+        remove_stale_temporaries(path)
     count = 0
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
-        handle.attrs[MARKER_ATTRIBUTE] = KIND
-        if extractor is not None:
-            handle.attrs[HDF5_ATTRIBUTE] = encode_record(extractor)
-        for image_id, regions in items:
-            dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
-            dataset.attrs["width"] = regions.width
-            dataset.attrs["height"] = regions.height
-            handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
-            if regions.classes is not None and regions.scores is not None:
-                handle.create_dataset(f"{image_id}_classes", data=np.asarray(regions.classes, np.int64))
-                handle.create_dataset(f"{image_id}_scores", data=np.asarray(regions.scores, np.float32))
-            count += 1
+    # h5py writes through a Python file object, so a failed write (disk full, a file-size limit) comes back as
+    # an OSError here; HDF5's own file driver crashes the process when its cached metadata cannot be flushed
+    with atomic_path(path, replace=_check_replaceable if overwrite else False) as tmp, open(tmp, "r+b") as file:
+        with h5py.File(file, "w") as handle:
+            handle.attrs[MARKER_ATTRIBUTE] = KIND
+            if extractor is not None:
+                handle.attrs[HDF5_ATTRIBUTE] = encode_record(extractor)
+            for image_id, regions in items:
+                dataset = handle.create_dataset(f"{image_id}_features", data=regions.features)
+                dataset.attrs["width"] = regions.width
+                dataset.attrs["height"] = regions.height
+                handle.create_dataset(f"{image_id}_boxes", data=regions.boxes)
+                if regions.classes is not None and regions.scores is not None:
+                    handle.create_dataset(f"{image_id}_classes", data=np.asarray(regions.classes, np.int64))
+                    handle.create_dataset(f"{image_id}_scores", data=np.asarray(regions.scores, np.float32))
+                count += 1
     return count

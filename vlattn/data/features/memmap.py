@@ -26,6 +26,7 @@ from typing import BinaryIO, Iterable
 import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
+from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.record import MEMMAP_KEY, Record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
@@ -51,7 +52,7 @@ class MemmapStore(IndexedStore):
             self._stored_ids = np.load(root / "ids.npy", allow_pickle=False)
             self._offsets = np.load(root / "offsets.npy", allow_pickle=False)
             self._sizes = np.load(root / "sizes.npy", allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except READ_ERRORS as err:
             raise DataError(f"cannot read memmap index arrays: {err}", path=self.path) from None
         self._check_index(int(meta["num_images"]))
         self._rows = {int(image_id): row for row, image_id in enumerate(self._stored_ids)}
@@ -62,8 +63,10 @@ class MemmapStore(IndexedStore):
     def _check_index(self, num_images: int) -> None:
         """Index arrays and raw file sizes agree with ``meta.json``."""
         offsets = self._offsets
+        integers = all(np.issubdtype(array.dtype, np.integer) for array in (self._stored_ids, offsets, self._sizes))
         consistent = (
-            self._stored_ids.shape == (num_images,)
+            integers
+            and self._stored_ids.shape == (num_images,)
             and offsets.shape == (num_images + 1,)
             and self._sizes.shape == (num_images, 2)
             and offsets[0] == 0

@@ -2,9 +2,11 @@
 lazy handles, the id index.
 
 Every directory vlattn writes as a whole (a feature store, the synthetic data set) holds a marker file,
-:data:`MARKER`, naming what it is and the entries written into it. ``--overwrite`` replaces a destination only
-if it carries such a marker of an accepted kind and holds nothing else; anything else is refused with a
-:class:`~vlattn.errors.DataError`, so a user's directory is never deleted.
+:data:`MARKER`, naming what it is, a random id and every file and folder written into it (at any depth).
+``--overwrite`` replaces a destination only if it carries such a marker of an accepted kind and holds nothing
+else, checked again at the moment of replacement; anything else is refused with a
+:class:`~vlattn.errors.DataError`, so a user's directory or file is never deleted. Without ``--overwrite``, a
+destination that appears while the writer runs is kept and the new one is not put in its place.
 """
 
 from __future__ import annotations
@@ -12,19 +14,21 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Callable, Collection, Generic, Iterable, Iterator, TypeVar
 
 from vlattn.errors import DataError
 from vlattn.io import (
     MARKER,
+    complete_dir,
     finish_interrupted_swap,
+    foreign_entries,
     make_temporary_dir,
-    marker_kind,
+    read_marker,
+    remove_owned,
     remove_stale_temporaries,
     replace_dir,
-    write_marker,
+    writing,
 )
 
 T = TypeVar("T")
@@ -39,18 +43,18 @@ def refuse_overwrite(path: Path, reason: str, what: str) -> DataError:
 
 
 def check_replaceable(path: Path, kinds: Collection[str], what: str) -> None:
-    """Raise unless ``path`` is a directory vlattn wrote as one of ``kinds`` and holds nothing else."""
+    """Raise unless ``path`` is a directory vlattn wrote as one of ``kinds`` and holds nothing else (at any
+    depth)."""
     if path.is_symlink():
         raise refuse_overwrite(path, "it is a symbolic link", what)
     if not path.is_dir():
         raise refuse_overwrite(path, "it is a file", what)
-    marked = marker_kind(path)
-    if marked is None:
+    marker = read_marker(path)
+    if marker is None:
         raise refuse_overwrite(path, f"it has no {MARKER} marker", what)
-    kind, entries = marked
-    if kind not in kinds:
-        raise refuse_overwrite(path, f"it is a {kind}, not {what}", what)
-    foreign = sorted(entry.name for entry in path.iterdir() if entry.name != MARKER and entry.name not in entries)
+    if marker["kind"] not in kinds:
+        raise refuse_overwrite(path, f"it is a {marker['kind']}, not {what}", what)
+    foreign = foreign_entries(path, marker["entries"])
     if foreign:
         raise refuse_overwrite(path, f"it holds files vlattn did not write: {', '.join(foreign[:5])}", what)
 
@@ -82,27 +86,33 @@ def atomic_dir(
     replaces: Collection[str] = FEATURE_STORE_KINDS,
     what: str = "a feature store",
 ) -> Iterator[Path]:
-    """Yield a temporary directory next to ``path``; on success it becomes ``path``, marked as ``kind``.
+    """Yield a temporary directory next to ``path``; on success it becomes ``path``, marked as ``kind`` with
+    everything written into it.
 
     An existing ``path`` is replaced only with ``overwrite`` and only if it is a directory vlattn wrote as one
-    of ``replaces`` holding nothing else (:func:`check_replaceable`; ``what`` names them in the error); it is
-    moved aside, replaced and then deleted. If the body raises, the temporary directory is removed and an
+    of ``replaces`` holding nothing else (:func:`check_replaceable`; ``what`` names them in the error), checked
+    before writing and again at the moment of replacement; it is moved aside, replaced and then deleted. A
+    ``path`` that appears while the body runs is kept (without ``overwrite``, or when it fails the check) and
+    the new directory discarded, with an error. If the body raises, the temporary directory is removed and an
     existing ``path`` is untouched. A swap a killed writer left between its renames is finished first (so an
     existing ``path`` is the one it completed, :func:`vlattn.io.finish_interrupted_swap`); other leftovers of
-    killed earlier writers of ``path`` are removed.
+    killed earlier writers of ``path`` (proven vlattn's by their marker) are removed.
     """
     finish_interrupted_swap(path)
-    path = check_destination(path, overwrite, lambda p: check_replaceable(p, replaces, what))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
+    check = (lambda p: check_replaceable(p, replaces, what)) if overwrite else None
+    path = check_destination(path, overwrite, check)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
     tmp = make_temporary_dir(path)
     try:
-        yield tmp
-        write_marker(tmp, kind, (entry.name for entry in tmp.iterdir()))
-        replace_dir(tmp, path)
+        with writing(path):
+            yield tmp
+            complete_dir(tmp, kind)
+            replace_dir(tmp, path, check)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            remove_owned(tmp)
 
 
 class ProcessLocal(Generic[T]):

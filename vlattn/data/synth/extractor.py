@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from vlattn.errors import DataError
+from vlattn.errors import DataError, WriteError
 
 from .lexicon import COLOURS, SHAPES, SIZES
 
@@ -150,7 +150,10 @@ def save_extractor(model: RegionCNN, path: Path, image_size: int) -> None:
     # one metadata key: safetensors writes a metadata map in no fixed order, and the data set must be byte-identical
     # for a given seed
     sizes = json.dumps({"feature_dim": model.heads["shape"].in_features, "image_size": image_size}, sort_keys=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata={_SIZES: sizes})
+    try:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata={_SIZES: sizes})
+    except SafetensorError as err:  # the writer's I/O errors (disk full, file too large) come as this type
+        raise WriteError(path, err) from None
 
 
 def load_extractor(path: Path) -> tuple[RegionCNN, int]:
