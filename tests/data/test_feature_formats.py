@@ -336,7 +336,7 @@ def test_lmdb_records_read_by_forked_workers_while_open_in_the_parent(tmp_path: 
     same(store.get(42), regions_of(42))  # the main process holds the environment open
     loader = DataLoader(store.ids(), batch_size=None, num_workers=1, collate_fn=lambda i: (i, store.get(i).features),
                         multiprocessing_context=multiprocessing.get_context("fork"))
-    for epoch in range(2):  # the main process reads between two epochs' workers, as validation does
+    for _ in range(2):  # the main process reads between two epochs' workers, as validation does
         read = dict(loader)
         assert sorted(read) == sorted(IMAGES)
         for image_id, features in read.items():
