@@ -200,7 +200,24 @@ def loader_sets(args: argparse.Namespace, fmt: str) -> dict[str, tuple[Dataset, 
             "vqa": (questions, collate_vqa, 64)}
 
 
-def section_loader(args: argparse.Namespace) -> list[dict[str, Any]]:
+# A100 SXM4 dense peak rates (NVIDIA A100 datasheet): FP32 19.5, TF32 tensor 156, BF16 tensor 312 TFLOPS
+A100_TFLOPS = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}
+
+
+def a100_bound(batch: int = 50) -> dict[str, Any]:
+    """The FLOPs of one XE step of the m2 preset (d=512) at batch ``batch`` (50 regions, 20 words, V=10,201),
+    counted by torch's FLOP counter, and the (image, caption) pairs per second an A100 would consume at each peak
+    rate: an upper bound of what the loader must supply (a real step reaches only part of the peak)."""
+    from vlattn.api import create_model
+    from vlattn.models.profile import flops_train_step
+
+    model = create_model("m2", vocab_size=10_201)
+    flops = flops_train_step(model, batch, 50, 20, 2048, 10_201)
+    return {"m2_xe_step_gflops": round(flops / 1e9, 1),
+            "pairs_per_s_at_peak": {name: round(batch * rate * 1e12 / flops) for name, rate in A100_TFLOPS.items()}}
+
+
+def section_loader(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for fmt in [*args.formats, "anchor"]:
         path = store_path(args, "m2-hdf5" if fmt == "anchor" else fmt)
@@ -222,7 +239,7 @@ def section_loader(args: argparse.Namespace) -> list[dict[str, Any]]:
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                     del sets, dataset
                     gc.collect()
-    return rows
+    return {"rows": rows, "a100": a100_bound()}
 
 
 # --- memory -----------------------------------------------------------------------------------------------------
@@ -472,6 +489,101 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
     return {"preset": args.preset, "rows": rows}
 
 
+# --- RESULTS.md sections ------------------------------------------------------------------------------------------
+
+
+def md_loader(results: dict[str, Any]) -> str:
+    rows = {(r["format"], r["task"], r["cache"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
+    workers = sorted({key[3] for key in rows})
+    head = " | ".join(f"{cache} {w}w" for cache in ("cold", "warm") for w in workers)
+    lines = [f"| store | batches | {head} |", "|---|---|" + "---|" * 2 * len(workers)]
+    for fmt, task in dict.fromkeys((key[0], key[1]) for key in rows):
+        cells = " | ".join(f"{rows.get((fmt, task, cache, w), 0):.0f}" for cache in ("cold", "warm") for w in workers)
+        lines.append(f"| {fmt} | {task} | {cells} |")
+    ratios = ", ".join(f"{w}w {rows[('memmap', 'xe', 'cold', w)] / rows[('anchor', 'xe', 'cold', w)]:.1f}x"
+                       for w in workers)
+    a100 = results["loader"]["a100"]
+    peak = ", ".join(f"{name} {value:,}" for name, value in a100["pairs_per_s_at_peak"].items())
+    return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; items/s into batches (XE: "
+            "50 (image, caption) pairs; SCST: 50 images with references; VQA: 64 questions) after the first batch, "
+            "0/1/2 DataLoader workers; cold: every file of the store dropped from the page cache with "
+            "`posix_fadvise(POSIX_FADV_DONTNEED)` first; warm: every file read once first. `anchor`: the released M2 "
+            "code's access (HDF5 file opened per item, `f['%d_features' % id][()]`, padded in float64).\n\n"
+            + "\n".join(lines)
+            + f"\n\nmemmap / anchor, XE cold: {ratios}. An A100 at peak would take the m2 preset's XE step "
+            f"({a100['m2_xe_step_gflops']} GFLOPs at batch 50, torch's FLOP counter) at {peak} pairs/s "
+            "(FP32 / TF32 / BF16 dense peak of NVIDIA's A100 datasheet; an upper bound: real steps reach part of it).")
+
+
+def md_memory(results: dict[str, Any]) -> str:
+    lines = ["| workers | main PSS anon (MB) | each worker PSS anon (MB) | each worker dirtied (MB) | total (MB) |",
+             "|---|---|---|---|---|"]
+    for run in results["memory"]["xe"]:
+        peaks = run["peak_mb"]
+        workers = [role for role in peaks if role != "main"]
+        anon = ", ".join(f"{peaks[r]['Pss_Anon']:.0f}" for r in workers) or "-"
+        dirty = ", ".join(f"{run['private_growth_mb'][r]:.0f}" for r in workers) or "-"
+        lines.append(f"| {run['workers']} | {peaks['main']['Pss_Anon']:.0f} | {anon} | {dirty} | "
+                     f"{run['total_pss_anon_mb']:.0f} |")
+    cider = results["memory"]["cider_df"]
+    first = results["memory"]["xe"][0]
+    return (f"{results['images']:,} images ({first['pairs']:,} training pairs), the XE data of `vlattn train` "
+            f"(`load_caption_data`, default `data.region_cache_mb`), {first['items']:,} pairs of the epoch; peak "
+            "proportional anonymous memory (page cache excluded) from /proc/PID/smaps_rollup every 0.2 s; "
+            "'dirtied': the growth of a worker's private dirty memory after its first sample (copy-on-write copies "
+            "and its own allocations).\n\n" + "\n".join(lines)
+            + f"\n\nCIDEr-D document frequencies of {cider['references']:,} references ({cider['images']:,} images): "
+            f"built in {cider['build_s']} s with {cider['peak_extra_mb']} MB extra at the peak; loaded from the "
+            f"cache in {cider['cached_s']} s.")
+
+
+def md_startup(results: dict[str, Any]) -> str:
+    startup = results["startup"]
+    phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
+    return (f"`vlattn train --config {startup['preset']}` on CPU, {results['images']:,} images: seconds from launch to "
+            "the first training record (the first step included)\n\n"
+            "| caches in the data directory | seconds |\n|---|---|\n"
+            f"| none | {startup['first_step_s_no_cache']} |\n| present | {startup['first_step_s_cached']} |\n\n"
+            f"Phases in one process: {phases}.")
+
+
+def md_convert(results: dict[str, Any]) -> str:
+    c = results["convert"]
+    return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first.\n\n"
+            "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
+            f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
+            f"{c['convert_s']} | {c['peak_rss_mb']} |")
+
+
+def md_eval(results: dict[str, Any]) -> str:
+    lines = ["| beam | images | seconds | images/s | metrics (s) | metrics' share | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["eval"]["rows"]:
+        lines.append(f"| {r['beam']} | {r['images']:,} | {r['seconds']} | {r['images_per_s']} | {r['metrics_s']} | "
+                     f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
+    missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
+    return (f"`vlattn eval` (CPU) of a one-step `{results['eval']['preset']}` checkpoint on the test split; an "
+            "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
+            f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
+            + "\n".join(lines))
+
+
+SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "loader": ("Scale: loader throughput", md_loader), "memory": ("Scale: memory", md_memory),
+    "startup": ("Scale: start-up", md_startup), "convert": ("Scale: TSV to memmap conversion", md_convert),
+    "eval": ("Scale: evaluation", md_eval)}
+
+
+def write_results(results: dict[str, Any], command: str) -> None:
+    """Write a RESULTS.md section for each measured section, with ``command``."""
+    from results import write_section
+
+    for name, (heading, render) in SECTION_MARKDOWN.items():
+        if name in results:
+            write_section(heading, f"{render(results)}\n\nCommand: `{command}`")
+
+
 # --- command line -------------------------------------------------------------------------------------------------
 
 
@@ -492,6 +604,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
     parser.add_argument("--prepare-only", action="store_true", help="write the sections' workload, measure nothing")
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--write", action="store_true", help="write the sections' tables to benchmarks/RESULTS.md")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-workers", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -550,6 +663,21 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.json:
         Path(args.json).write_text(text)
+    if args.write:
+        write_results(results, recorded_command(sys.argv[1:]))
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command line for RESULTS.md: without where files went (``--work``, ``--json``, ``--keep``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--work", "--json"):
+            skip = True
+        elif arg != "--keep" and not arg.startswith(("--work=", "--json=")):
+            kept.append(arg)
+    return " ".join([".venv/bin/python", "benchmarks/bench_scale.py", *kept])
 
 
 if __name__ == "__main__":

@@ -32,10 +32,12 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--workers", "0,1",
                           "--memory-batches", "2")
     assert results["split"] == [36, 2, 2]
-    rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]}
+    rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
     expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
     expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
     assert set(rows) == expected and all(rate > 0 for rate in rows.values())
+    a100 = results["loader"]["a100"]
+    assert a100["m2_xe_step_gflops"] > 0 and set(a100["pairs_per_s_at_peak"]) == {"fp32", "tf32", "bf16"}
     xe = {run["workers"]: run for run in results["memory"]["xe"]}
     assert set(xe[0]["peak_mb"]) == {"main"} and set(xe[1]["peak_mb"]) == {"main", "worker0"}
     assert xe[1]["items"] == 2 * 50 and xe[0]["pairs"] == 36 * 5
