@@ -353,7 +353,9 @@ def in_child(args: argparse.Namespace, name: str, *extra: str) -> dict[str, Any]
     command = [sys.executable, __file__, "--child", name, "--images", str(args.images), "--work", args.work,
                "--regions", str(args.regions), "--dim", str(args.dim), "--memory-batches", str(args.memory_batches),
                *(["--sparse"] if args.sparse else []), *extra]
-    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    out = subprocess.run(command, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"--child {name} failed: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -615,7 +617,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [s for s in args.sections if s not in SECTIONS] + [f for f in args.formats if f not in workload.FORMATS]
     if unknown:
         parser.error(f"unknown section or format: {', '.join(unknown)}")
-    if args.sparse and {"loader", "convert"} & set(args.sections):
+    if args.sparse and args.child is None and {"loader", "convert"} & set(args.sections):
         parser.error("--sparse has no feature bytes: the loader and convert sections need a real store")
     return args
 
