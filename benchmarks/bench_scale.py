@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -229,13 +230,16 @@ def section_loader(args: argparse.Namespace) -> dict[str, Any]:
                     sets = loader_sets(args, fmt)
                     if task not in sets:
                         continue
-                    if cache == "cold":
-                        drop_cache(path)
                     dataset, collate, batch = sets[task]
-                    seed = zlib.crc32(f"{fmt} {cache} {task} {workers}".encode())
-                    value = rate(dataset, collate, batch, workers, args.batches, seed)
+                    values = []
+                    for repeat in range(args.repeats):
+                        if cache == "cold":
+                            drop_cache(path)
+                        seed = zlib.crc32(f"{fmt} {cache} {task} {workers} {repeat}".encode())
+                        values.append(rate(dataset, collate, batch, workers, args.batches, seed))
                     rows.append({"format": fmt, "cache": cache, "task": task, "workers": workers,
-                                 "items_per_s": round(value, 1)})
+                                 "items_per_s": round(statistics.median(values), 1),
+                                 "runs": [round(v) for v in values]})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                     del sets, dataset
                     gc.collect()
@@ -506,7 +510,8 @@ def md_loader(results: dict[str, Any]) -> str:
                        for w in workers)
     a100 = results["loader"]["a100"]
     peak = ", ".join(f"{name} {value:,}" for name, value in a100["pairs_per_s_at_peak"].items())
-    return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; items/s into batches (XE: "
+    return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
+            f"{results.get('repeats', 1)} runs into batches (XE: "
             "50 (image, caption) pairs; SCST: 50 images with references; VQA: 64 questions) after the first batch, "
             "0/1/2 DataLoader workers; cold: every file of the store dropped from the page cache with "
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first; warm: every file read once first. `anchor`: the released M2 "
@@ -596,6 +601,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--formats", default=",".join(workload.FORMATS), help="stores of the loader section")
     parser.add_argument("--workers", default="0,1,2", help="DataLoader worker counts (loader, memory)")
     parser.add_argument("--batches", type=int, default=30, help="timed batches per loader measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="loader measurements per setting (median reported)")
     parser.add_argument("--memory-batches", type=int, default=0, help="batches of the memory epoch (0: all)")
     parser.add_argument("--regions", type=int, default=50, help="regions per image")
     parser.add_argument("--dim", type=int, default=2048, help="feature size")
@@ -628,7 +634,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     formats |= {"tsv"} if "convert" in args.sections else set()
     formats |= {"m2-hdf5"} if "loader" in args.sections else set()
     results: dict[str, Any] = {"images": args.images, "regions": args.regions, "dim": args.dim,
-                               "sparse": args.sparse, "split": workload.split_sizes(args.images)}
+                               "sparse": args.sparse, "repeats": args.repeats, "split": workload.split_sizes(args.images)}
     results["generate_s"] = {k: round(v, 1) for k, v in prepare(args, sorted(formats)).items()}
     if args.prepare_only:
         return results
