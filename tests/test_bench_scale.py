@@ -29,8 +29,8 @@ def bench_scale(tmp_path: Path, *options: str) -> dict:
 
 def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     pytest.importorskip("lmdb")
-    results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--repeats", "1", "--workers", "0,1",
-                          "--memory-batches", "2")
+    results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--repeats", "1",
+                          "--workers", "0,1", "--memory-batches", "2")
     assert results["split"] == [36, 2, 2]
     rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
     expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
