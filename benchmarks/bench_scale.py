@@ -414,6 +414,11 @@ def phases(args: argparse.Namespace) -> dict[str, float]:
         timings[name] = round(time.perf_counter() - start, 2)
         return out
 
+    from vlattn.data.karpathy import load_karpathy
+    from vlattn.data.karpathy_cache import cache_file, load_karpathy_cached
+
+    timed("karpathy_parse", lambda: load_karpathy(root / "dataset.json"))
+    timed("karpathy_cached", lambda: load_karpathy_cached(root / "dataset.json", cache_file(root, "dataset.json")))
     data = timed("load_caption_data", lambda: load_caption_data(cfg))
     timed("fingerprint", data.fingerprint)
     timed("train_set", data.train_set)
