@@ -20,9 +20,17 @@ ENTRIES = [
 
 
 @pytest.fixture()
-def split_file(tmp_path: Path) -> Path:
+def split_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_karpathy(tmp_path / "dataset.json", ENTRIES)
+    monkeypatch.setattr(karpathy_cache, "MIN_BYTES", 0)  # cache this small file too
     return tmp_path / "dataset.json"
+
+
+def test_a_small_split_file_is_parsed_and_nothing_written(tmp_path: Path) -> None:
+    write_karpathy(tmp_path / "dataset.json", ENTRIES)
+    assert (tmp_path / "dataset.json").stat().st_size < karpathy_cache.MIN_BYTES
+    assert load_karpathy_cached(tmp_path / "dataset.json", tmp_path / "cache" / "k.npz") == ENTRIES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.json"]
 
 
 def no_parse(*args: object) -> None:

@@ -4,6 +4,10 @@ Parsing and checking COCO's ``dataset_coco.json`` (123,287 images, 616k tokenise
 12 s of a one-thread start-up (benchmarks/RESULTS.md "Scale: start-up"). :func:`load_karpathy_cached` keeps the
 parsed entries in flat arrays in one ``.npz`` file (no pickled objects) and reads them back in a fraction of that.
 
+Only a split file of :data:`MIN_BYTES` or more is cached: a small one parses in well under a second, and its data
+directory (e.g. a synthetic set, which ``vlattn data synth --overwrite`` replaces only while it holds nothing but what
+vlattn generated) stays as it was.
+
 The cache records the SHA-256 of the split file's bytes: a file that changed in any way is parsed again and the
 cache rewritten. The cache file is written atomically, where no file is or over a cache vlattn wrote (recognised by
 its format tag when read), never through a symbolic link; anything else at its path is left as it is and the split
@@ -25,6 +29,7 @@ from vlattn.errors import DataError, VlattnError
 from vlattn.io import atomic_path
 
 FORMAT, VERSION = "vlattn-karpathy-cache", 1
+MIN_BYTES = 8 << 20  # about 10k COCO images; below it the parse takes about a second at most
 _READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError, json.JSONDecodeError)
 
 
@@ -110,6 +115,8 @@ def load_karpathy_cached(path: str | Path, cache: str | Path) -> list[ImageEntry
     from the same bytes; else parsed and the cache (re)written where vlattn may (see the module docstring)."""
     path, cache = Path(path), Path(cache)
     try:
+        if path.stat().st_size < MIN_BYTES:
+            return load_karpathy(path)
         digest = file_sha256(path)
     except OSError:
         return load_karpathy(path)  # its own one-line error for a missing or unreadable file
