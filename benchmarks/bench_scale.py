@@ -19,7 +19,7 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
 - ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap, MB/s of TSV read against the disk's
   sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and its peak RSS.
-- ``eval``: ``vlattn eval`` of a one-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
+- ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
 ``--sparse`` replaces the memmap store by one whose feature file is a hole (zeros read without disk I/O): the
@@ -376,13 +376,14 @@ def train_command(args: argparse.Namespace, out: Path, *extra: str) -> list[str]
     features = store_path(args, "memmap").relative_to(root)
     return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", args.preset, "--out", str(out),
             "--device", "cpu", "--set", f"data.root={root}", "--set", "data.karpathy=dataset.json",
-            "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=1", "--set", f"model.feature_dim={args.dim}",
+            "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=2",
+            "--set", "train.val_max_images=50", "--set", f"model.feature_dim={args.dim}",
             *extra]
 
 
 def first_step(args: argparse.Namespace, out: Path) -> float:
-    """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM:
-    it saves ``checkpoints/last``) and waited for."""
+    """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
+    saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
     process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     log = out / "metrics.jsonl"
@@ -575,7 +576,7 @@ def md_eval(results: dict[str, Any]) -> str:
         lines.append(f"| {r['beam']} | {r['images']:,} | {r['seconds']} | {r['images_per_s']} | {r['metrics_s']} | "
                      f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
     missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
-    return (f"`vlattn eval` (CPU) of a one-step `{results['eval']['preset']}` checkpoint on the test split; an "
+    return (f"`vlattn eval` (CPU) of a two-step `{results['eval']['preset']}` checkpoint on the test split; an "
             "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
             f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
             + "\n".join(lines))
