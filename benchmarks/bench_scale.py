@@ -385,18 +385,21 @@ def first_step(args: argparse.Namespace, out: Path) -> float:
     """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
     saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
-    process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    log = out / "metrics.jsonl"
-    seconds = None
-    while process.poll() is None:
-        if log.exists() and '"train"' in log.read_text():
-            seconds = time.perf_counter() - start
-            process.send_signal(signal.SIGTERM)
-            break
-        time.sleep(0.05)
-    _, err = process.communicate()
+    errors = out.with_name(f"{out.name}.log")
+    errors.parent.mkdir(parents=True, exist_ok=True)
+    with open(errors, "wb") as stderr:
+        process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=stderr)
+        log = out / "metrics.jsonl"
+        seconds = None
+        while process.poll() is None:
+            if log.exists() and '"train"' in log.read_text():
+                seconds = time.perf_counter() - start
+                process.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.05)
+        process.wait()
     if seconds is None:
-        raise RuntimeError(f"vlattn train ended before its first step: {err.decode()[-2000:]}")
+        raise RuntimeError(f"vlattn train ended before its first step: {errors.read_text()[-2000:]}")
     return seconds
 
 
@@ -446,15 +449,24 @@ def section_startup(args: argparse.Namespace) -> dict[str, Any]:
 # --- conversion and evaluation ------------------------------------------------------------------------------------
 
 
-def peak_of(command: list[str]) -> tuple[float, float]:
-    """Run ``command``: (seconds, peak RSS in MB)."""
+# Runs a command and prints its exit status and peak RSS (kB). A fresh interpreter forks the command: a child's
+# ru_maxrss counts the RSS its parent had when it forked, which for this script includes mapped store files.
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL, "
+    "stderr=open(sys.argv[1], 'w')); print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def peak_of(command: list[str], log: Path) -> tuple[float, float]:
+    """Run ``command`` (its stderr to ``log``): (seconds, peak RSS in MB)."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    out = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, str(log), *command], capture_output=True, text=True,
+                         check=True)
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{command[:3]} failed: {process.stderr.read().decode()[-2000:] if process.stderr else ''}")
-    return seconds, usage.ru_maxrss / 1024
+    status, peak_kb = (int(v) for v in out.stdout.split())
+    if status != 0:
+        raise RuntimeError(f"{' '.join(command[:3])} failed: {log.read_text()[-2000:]}")
+    return seconds, peak_kb / 1024
 
 
 def section_convert(args: argparse.Namespace) -> dict[str, Any]:
@@ -466,7 +478,8 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     drop_cache(tsv)
     vlattn = str(Path(sys.executable).with_name("vlattn"))
-    convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"])
+    convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"],
+                             Path(args.work) / "convert.log")
     shutil.rmtree(out)
     convert = size / convert_s / 2**20
     return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
@@ -487,7 +500,7 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for beam in args.beams:
         seconds, rss = peak_of([vlattn, "eval", "--checkpoint", str(checkpoint), "--beam-size", str(beam),
-                                "--device", "cpu", "--json"])
+                                "--device", "cpu", "--json"], run.parent / f"eval-beam{beam}.log")
         predictions = {row["image_id"]: row["caption"]
                        for row in json.loads((run / "eval" / "test_predictions.json").read_text())}
         start = time.perf_counter()
