@@ -5,8 +5,8 @@ forward under ``torch.autocast(bfloat16)``, as ``train.precision: bf16``; ``comp
 layer compiled as ``train.compile: true`` does), it runs ``--warmup`` untimed then ``--steps`` timed repetitions
 of
 
-- ``xe``: forward, cross-entropy, backward and Adam update on a batch of 50 images x 50 regions x 2048-d with
-  20-word captions over COCO's 10,201-word vocabulary (M2 Sec. 4: batch 50);
+- ``xe``: forward, cross-entropy, backward and Adam update on a batch of 50 images x 50 regions (of the preset's
+  ``model.feature_dim``, 2048 for the COCO presets) with 20-word captions over COCO's 10,201-word vocabulary (M2 Sec. 4: batch 50);
 - ``scst``: the SCST objective (``train.scst_*`` defaults: 5 beams per image, 20 steps, mean baseline) with its
   backward and Adam update; the rewards are random numbers (CIDEr-D runs on the CPU and is benchmarked
   elsewhere), so this times the model's part;
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from vlattn.api import create_model
+from vlattn.api import create_model, load_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import beam_search
 from vlattn.models.profile import random_batch
@@ -41,7 +41,6 @@ PRESETS = ("m2", "transformer", "updown", "ng-san", "lw-transformer", "catt", "u
 MODES = ("fp32", "bf16", "compile")
 FULL = {"batch": 50, "regions": 50, "length": 20, "vocab": 10_201, "beam": 5}
 TINY = {"batch": 2, "regions": 4, "length": 3, "vocab": 40, "beam": 2}
-FEATURES = 2048
 
 
 def synchronize(device: torch.device) -> None:
@@ -100,12 +99,13 @@ def phases(model: torch.nn.Module, inputs: dict[str, torch.Tensor], shapes: dict
 def measure(preset: str, mode: str, args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
     shapes = TINY if args.tiny else FULL
     torch.manual_seed(0)
-    model = create_model(preset, vocab_size=shapes["vocab"]).to(device)
+    cfg = load_config(preset)
+    model = create_model(cfg, vocab_size=shapes["vocab"]).to(device)
     if mode == "compile":
         if not hasattr(model, "backbone_layers"):  # what train.compile compiles; LSTM captioners have none
             return [{"preset": preset, "mode": mode, "skipped": f"{type(model).__name__} has no backbone_layers()"}]
         compile_layers(model, backend=args.compile_backend)
-    batch = random_batch(shapes["batch"], shapes["regions"], shapes["length"], FEATURES, shapes["vocab"])
+    batch = random_batch(shapes["batch"], shapes["regions"], shapes["length"], cfg.model.feature_dim, shapes["vocab"])
     inputs = {key: value.to(device) for key, value in batch.items()}
     inputs["image_ids"] = torch.arange(shapes["batch"])
     rows = []

@@ -479,7 +479,7 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     drop_cache(tsv)
     vlattn = str(Path(sys.executable).with_name("vlattn"))
     convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"],
-                             Path(args.work) / "convert.log")
+                             data_root(args) / "convert.log")
     shutil.rmtree(out)
     convert = size / convert_s / 2**20
     return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
