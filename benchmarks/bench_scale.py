@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import zlib
@@ -607,7 +608,12 @@ def write_results(results: dict[str, Any], command: str) -> None:
 
     for name, (heading, render) in SECTION_MARKDOWN.items():
         if name in results:
-            write_section(heading, f"{render(results)}\n\nCommand: `{command}`")
+            text = render(results)
+            if results["sparse"]:
+                text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
+                         "without disk I/O).")
+            paragraphs = [p if p.startswith("|") else textwrap.fill(p, 120) for p in text.split("\n\n")]
+            write_section(heading, "\n\n".join(paragraphs) + f"\n\nCommand: `{command}`")
 
 
 # --- command line -------------------------------------------------------------------------------------------------
