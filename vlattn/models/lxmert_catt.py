@@ -18,7 +18,12 @@ cross-modality CATT (CM-CATT) and two self-CATT modules:
 
 The residual of every CS sub-layer is over its queries, the sample (Q_C = f(X), Eq. 5). With ``share: true`` (the
 paper: "we share the parameters of IS-ATT and CS-ATT in each causal attention module") the CS stream runs the IS
-stream's modules (attention, feed-forward, norms); ``share: false`` (Table 6's "w/o Share") gives it copies. The
+stream's modules (attention, feed-forward, norms); ``share: false`` (Table 6's "w/o Share") gives it copies.
+Because the residuals are over the sample, a cross-modality layer's CS state of one modality descends from the
+other modality's CS state of the layer before: after N_X such layers the language output's CS half comes from the
+image dictionary when N_X is odd (5 in the paper) and from the word dictionary when it is even, the vision
+output's from the other — an answer head over the pooled words fine-tunes one dictionary, the pretraining heads
+(over both outputs) train both. The
 two dictionaries enter through LXMERT's own input embeddings, so V_C and V_I "stay in the same representation
 space" (Sec. 3.2): the image dictionary lives in the region-feature space (k-means over the training regions) and
 passes the region embedding with a zero box (an entry comes from no place in an image); the word dictionary lives
@@ -52,9 +57,10 @@ language and vision layers, unshared; 800 entries).
 
 Parameters beyond LXMERT of the same config (``share: true``): the dictionaries (K_v x D + K_w x d_w) and the
 fusion (``concat``: the pooler's second d x d; ``concat_linear``: 2 x (2d x d + d)); ``share: false`` adds a copy
-of every layer. An ``lxmert-hf`` import into this kind (``vlattn import-checkpoint --base``) loads every LXMERT
+of every layer. An ``lxmert-hf`` import into this kind (``vlattn import-checkpoint --config``) loads every LXMERT
 tensor whose name and shape fit and initialises the rest (the dictionaries, the fusion, the pooler under
-``concat``, the CS copies under ``share: false``), listed in the run's ``import.json``.
+``concat``, the CS copies under ``share: false``), listed in the run's ``import.json``; its dictionaries keep
+their U(0, 0.01) draw (an import reads no data to cluster; the imported config says ``init: random``).
 """
 
 from __future__ import annotations
