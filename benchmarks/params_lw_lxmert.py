@@ -20,7 +20,8 @@ from vlattn.models import build_vqa_model, without_initialisation
 from vlattn.models.profile import backbone_parameters, count_parameters
 
 WORDPIECES, ANSWERS = 30522, 3129  # bert-base-uncased's vocabulary, VQA v2's candidate answers (vqa-lxmert)
-PRESETS = {"LXMERT": ("vqa-lxmert", 181), "LW-LXMERT 1x": ("vqa-lw-lxmert", 100), "LW-LXMERT 3x": ("vqa-lw-lxmert-3x", 117)}
+PRESETS = {"LXMERT": ("vqa-lxmert", 181), "LW-LXMERT 1x": ("vqa-lw-lxmert", 100),
+           "LW-LXMERT 3x": ("vqa-lw-lxmert-3x", 117)}  # preset, Table XI's #Params (millions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,8 @@ def main() -> None:
         verdict = "= weights, truncated" if c.weights // 10**6 == paper else "differs"
         rows.append(f"| {label} | `{preset}` | {paper}M | {c.backbone:,} | {c.weights:,} | {verdict} | "
                     f"{c.embeddings:,} | {c.pooler_head:,} | {c.total:,} |")
-        for name, changed in (("d_f = 3156", reading(cfg, d_ff=3156)), ("6 vision layers", reading(cfg, object_layers=6))):
+        for name, changed in (("d_f = 3156", reading(cfg, d_ff=3156)),
+                              ("6 vision layers", reading(cfg, object_layers=6))):
             other = measure(changed)
             readings.append(f"| {label} | {name} | {paper}M | {millions(other.backbone)} | {millions(other.weights)} |")
     body = f"""Parameters of the presets (built, not estimated), beside

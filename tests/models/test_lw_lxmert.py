@@ -48,7 +48,8 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 def reference_layer(layer: torch.nn.Module, q: torch.Tensor, kv: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-    """LN2(a + G-FFN(a)), a = LN1(q + G-MHA(q, kv, kv)); G-FFN(a) = [H_1 W2 + b2, ..., H_k W2 + b2], H = GeLU(a W1 + b1)."""
+    """LN2(a + G-FFN(a)), a = LN1(q + G-MHA(q, kv, kv)); G-FFN(a) = [H_1 W2 + b2, ..., H_k W2 + b2] with
+    H = GeLU(a W1 + b1)."""
     attended = reference_gmha(layer.self_attn, q, kv, kv, key_mask[:, None, None, :])
     a = F.layer_norm(q + attended, (D,), layer.attn_norm.norm.weight, layer.attn_norm.norm.bias, eps=1e-12)
     ffn = grouped_reference(layer.ffn.fc2, gelu(layer.ffn.fc1(a)))
@@ -67,9 +68,11 @@ def test_layers_match_the_group_wise_equations(groups: int, expansion: int, shar
     with torch.no_grad():
         language = encoder.language_layers[0]
         assert isinstance(language.ffn.fc2, GroupedLinear) and language.self_attn.groups == groups
-        torch.testing.assert_close(language(words, m.word_keys, m.words), reference_layer(language, words, words, word_mask))
+        torch.testing.assert_close(language(words, m.word_keys, m.words),
+                                   reference_layer(language, words, words, word_mask))
         obj = encoder.object_layers[1]
-        torch.testing.assert_close(obj(regions, m.region_keys, m.regions), reference_layer(obj, regions, regions, region_mask))
+        torch.testing.assert_close(obj(regions, m.region_keys, m.regions),
+                                   reference_layer(obj, regions, regions, region_mask))
         cross = encoder.cross_layers[0]
         norm = cross.cross_norm.norm
 
@@ -89,7 +92,8 @@ def test_one_group_is_lxmert_with_copied_weights() -> None:
     plain = build_vqa_model(plain_cfg, VOCAB, 3).eval()
     light = build(groups=1)
     x = {"questions": torch.randint(1, VOCAB, (2, 5)), "question_mask": torch.ones(2, 5, dtype=torch.bool),
-         "features": torch.randn(2, 4, FEATURES), "boxes": torch.rand(2, 4, 4), "region_mask": torch.ones(2, 4, dtype=torch.bool)}
+         "features": torch.randn(2, 4, FEATURES), "boxes": torch.rand(2, 4, 4),
+         "region_mask": torch.ones(2, 4, dtype=torch.bool)}
     assert not torch.allclose(light(x), plain(x))
     light.load_state_dict(plain.state_dict())  # the same names and shapes
     torch.testing.assert_close(light(x), plain(x), rtol=0, atol=0)

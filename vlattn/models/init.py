@@ -11,8 +11,8 @@ embedding's padding row stays zero.
 
 :func:`bert_init` is BERT's (and LXMERT's) ``init_bert_weights``: every ``nn.Linear`` and ``nn.Embedding`` weight
 from N(0, std^2) (and every group-wise :class:`~vlattn.layers.grouped.GroupedLinear` weight: LW-LXMERT's
-G-MHA and G-FFN blocks draw as the dense layers they replace), Linear biases zero, LayerNorm weights one and biases zero; an embedding's padding row zero (as
-``nn.Embedding`` leaves it). Parameters of other modules (memory slots, dictionaries) keep their own.
+G-MHA and G-FFN blocks draw as the dense layers they replace), Linear biases zero, LayerNorm weights one and
+biases zero; an embedding's padding row zero (as ``nn.Embedding`` leaves it). Parameters of other modules (memory slots, dictionaries) keep their own.
 """
 
 from __future__ import annotations

@@ -317,7 +317,8 @@ def lxmert_parts(cfg: ModelConfig, options: LxmertOptions, pad_id: int) -> Lxmer
     return LxmertParts(cfg, use_cache=False, attention_dropout=cfg.dropout, eps=options.layer_norm_eps)
 
 
-def input_embeddings(cfg: ModelConfig, options: LxmertOptions, num_words: int) -> tuple[WordEmbeddings, RegionEmbedding]:
+def input_embeddings(cfg: ModelConfig, options: LxmertOptions,
+                     num_words: int) -> tuple[WordEmbeddings, RegionEmbedding]:
     """The word and the region embeddings of ``cfg``."""
     d, eps, dropout = cfg.d_model, options.layer_norm_eps, first_set(cfg.embedding_dropout, cfg.dropout)
     return (WordEmbeddings(num_words, d, cfg.max_positions, options.token_types, eps, dropout),
