@@ -239,8 +239,10 @@ def test_parameters_in_closed_form() -> None:
     assert count(build()) == plain + dictionaries + d * d
     assert count(build(fusion="concat_linear")) == plain + dictionaries + 2 * (2 * d * d + d)
     assert count(build(**OFFICIAL)) == plain + 5 * d + 4 * d + 2 * (2 * d * d + d)
-    layers = sum(count(module) for module in (*build().backbone_layers(),))
-    assert count(build(share=False)) == plain + dictionaries + d * d + layers
+    layers = sum(count(module) for module in build().backbone_layers())
+    unshared = build(share=False)
+    assert count(unshared) == plain + dictionaries + d * d + layers
+    assert sum(count(module) for module in unshared.backbone_layers()) == 2 * layers  # what `vlattn profile` counts
 
 
 def test_kmeans_dictionaries_from_the_data(tmp_path) -> None:
@@ -299,3 +301,16 @@ def test_geometry_only_mechanisms_are_refused_at_the_cross_sample_sites() -> Non
     cfg.decoder_self_attention = type(cfg.decoder_self_attention)("gsa", {})
     with pytest.raises(ConfigError, match=r"model\.decoder_self_attention"):
         build_vqa_model(cfg, SIZE["vocab"], 3)
+
+
+def test_backbone_madds_are_twice_lxmerts_when_the_dictionaries_are_as_long_as_the_sample() -> None:
+    """With K_w = L words and K_v = N regions every CS call has the shapes of its IS call, so the profiled backbone
+    (the layers' multiply-adds, also where the model calls a layer's halves as methods) is exactly twice LXMERT's."""
+    from vlattn.models.profile import backbone_madds_of
+
+    x = inputs(batch=1, words=4, regions=5)
+    cfg = config(image_dictionary={"size": 5, "init": "random"}, word_dictionary={"size": 4, "init": "random"})
+    catt = build_vqa_model(cfg, SIZE["vocab"], 3).eval()
+    plain = build_vqa_model(ModelConfig(**{**cfg.__dict__, "kind": "lxmert", "options": {"object_layers": SIZE["objects"]}}),
+                            SIZE["vocab"], 3).eval()
+    assert backbone_madds_of(catt, lambda: catt(x)) == 2 * backbone_madds_of(plain, lambda: plain(x)) > 0

@@ -204,6 +204,10 @@ class LxmertEncoder(nn.Module):
         self.pooler = pooler
         self.output_dim = pooler.in_features  # width of the language and vision outputs (the pretraining heads' input)
 
+    def backbone_layers(self) -> list[nn.Module]:
+        """The language, object-relationship and cross-modality layers."""
+        return [*self.language_layers, *self.object_layers, *self.cross_layers]
+
     def forward(self, questions: Tensor, question_mask: Tensor, features: Tensor, boxes: Tensor, region_mask: Tensor,
                 token_types: Tensor | None = None) -> LxmertOutput:
         """``questions`` (B, L) WordPiece ids, ``question_mask`` (B, L) (True = word), ``features`` (B, N, D),
@@ -253,8 +257,7 @@ class Lxmert(nn.Module):
 
     def backbone_layers(self) -> list[nn.Module]:
         """The language, object-relationship and cross-modality layers (no embeddings, pooler or head)."""
-        e = self.encoder
-        return [*e.language_layers, *e.object_layers, *e.cross_layers]
+        return self.encoder.backbone_layers()
 
     def encode(self, inputs: Mapping[str, Tensor]) -> LxmertOutput:
         """The encoder's outputs; with ``images`` = 2 the rows are (statement, image) pairs, image-major within

@@ -152,6 +152,11 @@ class LxmertCattEncoder(LxmertEncoder):
         return (f"dictionary_space={self.dictionary_space!r}, cross_queries={self.cross_queries!r}, "
                 f"chain_cross={self.chain_cross}")
 
+    def backbone_layers(self) -> list[nn.Module]:
+        """LXMERT's layers and, unshared, the CS stream's own copies."""
+        own = [self.cs_language_layers, self.cs_object_layers, self.cs_cross_layers]
+        return [*super().backbone_layers(), *(layer for layers in own if layers is not None for layer in layers)]
+
     def dictionary_entries(self) -> tuple[Tensor, Tensor]:
         """The word (1, K_w, d) and image (1, K_v, d) dictionaries as the first layers read them."""
         words, image = self.word_dictionary(), self.image_dictionary()  # (K_w, d_w), (K_v, D)
