@@ -182,7 +182,7 @@ class LxmertCattEncoder(LxmertEncoder):
                 w, r = layer(w, r, m)
                 continue
             crossed = layer.cross(w, r, m)  # (B, L, d), (B, N, d)
-            cs_crossed = cs_layer.cross(w, r, m, memory=(cs_in[0], cs_in[1]))
+            cs_crossed = cs_layer.cross(w, r, m, memory=cs_in)
             (w, r), (q, c) = layer.streams(*crossed, m), cs_layer.streams(*crossed, m, memory=cs_crossed)
         language = self.language_fusion(w, q)  # (B, L, output_dim)
         return LxmertOutput(language, self.vision_fusion(r, c), torch.tanh(self.pooler(language[:, 0])))
