@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from vlattn.config import ModelConfig, load_config
