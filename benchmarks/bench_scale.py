@@ -533,7 +533,7 @@ def md_loader(results: dict[str, Any]) -> str:
     return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
             f"{results.get('repeats', 1)} runs into batches (XE: "
             "50 (image, caption) pairs; SCST: 50 images with references; VQA: 64 questions) after the first batch, "
-            "0/1/2 DataLoader workers; cold: every file of the store dropped from the page cache with "
+            f"{'/'.join(map(str, workers))} DataLoader workers; cold: every file of the store dropped from the page cache with "
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first; warm: every file read once first. `anchor`: the released M2 "
             "code's access (HDF5 file opened per item, `f['%d_features' % id][()]`, padded in float64).\n\n"
             + "\n".join(lines)
