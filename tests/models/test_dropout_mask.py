@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.layers.dropout import UniformDropout, use_dropout_mask
 from vlattn.data.vocab import Vocabulary
 from vlattn.tasks.captioning import build_model
@@ -45,7 +45,7 @@ def test_swapped_into_every_dropout_module() -> None:
 def test_config_key_reaches_the_captioner() -> None:
     sizes = ["model.feature_dim=8", "model.d_model=16", "model.num_heads=2", "model.d_ff=32"]
     vocab = Vocabulary(["a", "b", "c"])
-    uniform = build_model(load_config(None, [*sizes, "model.dropout_mask=uniform"]), vocab)
-    plain = build_model(load_config(None, sizes), vocab)
+    uniform = build_model(load_valid_config(None, [*sizes, "model.dropout_mask=uniform"]), vocab)
+    plain = build_model(load_valid_config(None, sizes), vocab)
     assert {type(m) for m in uniform.modules() if isinstance(m, nn.Dropout)} == {UniformDropout}
     assert {type(m) for m in plain.modules() if isinstance(m, nn.Dropout)} == {nn.Dropout}

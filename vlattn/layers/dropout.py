@@ -3,7 +3,7 @@
 ``nn.Dropout`` on the CPU draws its mask with ``bernoulli_`` (about 9 ns per element on this project's machine);
 :class:`UniformDropout` keeps an element where a uniform draw ``u ~ U[0, 1)`` is ``>= p`` — the same distribution
 (P(keep) = 1 - p, survivors scaled by 1 / (1 - p)), but other random numbers, so a run's trajectory differs from
-``bernoulli``'s. Measured in benchmarks/RESULTS.md "Demo time".
+``bernoulli``'s.
 """
 
 from __future__ import annotations

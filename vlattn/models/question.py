@@ -21,10 +21,10 @@ from pathlib import Path
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import SPECIALS
 from vlattn.data.word_vectors import read_word_vectors
 from vlattn.errors import ConfigError
-from vlattn.training.prepare import PrepareResources
 
 
 class QuestionEncoder(nn.Module):

@@ -71,11 +71,11 @@ from vlattn.attention import (
     site_cache,
 )
 from vlattn.config import MAX_WIDTH, ModelConfig, bounded, parse_options
-from vlattn.decoding.active import image_rows
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
 from vlattn.layers.pooling import masked_mean
+from vlattn.layers.rows import image_rows
 from vlattn.models.decoder import per_image, regroup
 from vlattn.models.transformer import first_set
 

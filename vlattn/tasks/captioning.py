@@ -44,6 +44,7 @@ from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import PackedOutput, beam_search
 from vlattn.decoding.common import Generator
@@ -76,7 +77,6 @@ from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage

@@ -47,6 +47,7 @@ from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.gqa import load_gqa_split
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -84,7 +85,6 @@ from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 
