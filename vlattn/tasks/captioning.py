@@ -53,7 +53,7 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
-from vlattn.layers.dropout import use_dropout_mask
+from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -170,7 +170,7 @@ def new_captioner(cfg: Config, vocab_size: int) -> nn.Module:
     """The randomly initialised captioner of ``cfg.model`` over ``vocab_size`` words (the special tokens included),
     with the config's dropout masks."""
     model = build_captioner(cfg.model, vocab_size, pad_id=Vocabulary.PAD)
-    return use_dropout_mask(model, cfg.model.dropout_mask)
+    return set_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------
