@@ -49,6 +49,7 @@ from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text
+from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import model_kind, without_initialisation
 from vlattn.models.footprint import check_footprint
 from vlattn.models.init import bert_init
@@ -221,7 +222,7 @@ def masking_vocabulary(words: WordPieceVocabulary) -> Vocabulary:
 
 def build_model(cfg: Config, num_words: int, num_answers: int, store_dim: int | None = None) -> PretrainingModel:
     """The config's encoder model (its classifier over ``num_answers``: the QA head) with the pretraining heads
-    (BERT's initialisation, ``model.options.init_std``)."""
+    (BERT's initialisation, ``model.options.init_std``) and the config's dropout masks."""
     check_feature_dim(cfg.model, store_dim)
     options = pretrain_options(cfg)
     backbone = model_kind(cfg.model.kind, NAME).build(cfg.model, num_words, max(num_answers, 1), 0)
@@ -232,7 +233,7 @@ def build_model(cfg: Config, num_words: int, num_answers: int, store_dim: int | 
     heads = PretrainingHeads(cfg.model.d_model, num_words, options.object_classes, options.attribute_classes,
                              cfg.model.feature_dim, float(extra.get("layer_norm_eps", 1e-12)))
     bert_init(heads, float(extra.get("init_std", 0.02)))
-    return PretrainingModel(backbone, heads)
+    return set_dropout_mask(PretrainingModel(backbone, heads), cfg.model.dropout_mask)
 
 
 def corrupted_batches(cfg: Config, data: PretrainData, settings: PretrainSettings, dataset: PretrainDataset,
