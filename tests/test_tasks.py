@@ -214,7 +214,7 @@ def test_stage_names_are_checked_against_the_task(colours: None) -> None:
 
 def test_config_task_and_model_kind_must_agree(colours: None, tmp_path: Path) -> None:
     assert valid_config(colour_config(tmp_path)).task == "colours"
-    with pytest.raises(ConfigError, match=r"^task: unknown task 'ocr'; valid names: captioning, colours, nlvr2, vqa$"):
+    with pytest.raises(ConfigError, match=r"^task: unknown task 'ocr'; valid names: captioning, colours, nlvr2, pretraining, vqa$"):
         valid_config({"task": "ocr"})
     with pytest.raises(ConfigError, match=r"^model\.kind: 'transformer' is a captioning model, but the config's "
                                           r"task is 'colours' \(its kinds: colour-probe\)$"):

@@ -239,6 +239,9 @@ class TrainConfig(Section):
     # GPU options (vlattn/precision.py): autocast dtype of training steps and validation, torch.compile of the layers
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool = False
+    # the pretrain stage (task pretraining): LXMERT's tasks, rates and paper/released-code choices, validated against
+    # vlattn.training.pretraining.PretrainOptions when the config loads
+    pretrain: dict[str, Any] = field(default_factory=dict)
 
     def check(self, where: str) -> None:
         for key in ("adam_betas", "scst_adam_betas"):

@@ -360,3 +360,21 @@ def test_lmdb_refuses_unsafe_or_malformed_records(tmp_path: Path) -> None:
         store.get(42)
     with pytest.raises(DataError, match="'boxes' has 12 values, which does not fit num_boxes=2"):
         store.get(1000)
+
+
+def test_lxmert_tsv_labels_and_bottom_up_tsv_without(tmp_path: Path) -> None:
+    from vlattn.data.features.labels import region_labels
+
+    lxmert, butd = tmp_path / "lxmert.tsv", tmp_path / "butd.tsv"
+    lxmert.write_text(lxmert_line(42) + "\n" + lxmert_line(9) + "\n")
+    butd.write_text(butd_line(9) + "\n")
+    k = regions_of(9).num_regions
+    labels = region_labels(open_store(lxmert), 9)
+    assert labels.objects.tolist() == labels.attributes.tolist() == list(range(k))
+    assert labels.object_scores.tolist() == labels.attribute_scores.tolist() == [1.0] * k
+    assert region_labels(open_store(butd), 9) is None
+    bad = lxmert_line(9).split("\t")
+    bad[3] = base64.b64encode(np.arange(k + 1, dtype=np.int64).tobytes()).decode()  # one id too many
+    lxmert.write_text("\t".join(bad) + "\n")
+    with pytest.raises(DataError, match=f"field 'objects_id' holds {k + 1} values for {k} boxes"):
+        region_labels(TSVStore(lxmert), 9)

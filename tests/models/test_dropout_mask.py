@@ -59,7 +59,7 @@ def test_set_model_wide_without_replacing_a_module() -> None:
 def test_every_dropout_of_every_preset_model_takes_the_configured_mask(preset: str) -> None:
     cfg = load_valid_config(preset, ["model.dropout_mask=uniform"])
     with torch.device("meta"):
-        model = task_of(cfg.task).create_model(cfg, vocab_size=40, num_answers=7 if cfg.task == "vqa" else None)
+        model = task_of(cfg.task).create_model(cfg, vocab_size=40, num_answers=7 if cfg.task in ("vqa", "pretraining") else None)
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     # no plain nn.Dropout the option would miss; every one set to the config's mask
     assert dropouts and all(type(m) is Dropout and m.mask == "uniform" for m in dropouts)

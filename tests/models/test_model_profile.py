@@ -73,6 +73,8 @@ def reduced(name: str) -> tuple[list[str], ProfileShapes]:
             sets.append(f"model.{site}.options.slots={MEMORY_SLOTS}")
         if "dictionary" in spec_options:
             sets.append(f"model.{site}.options.dictionary.size={DICTIONARY_SIZE}")
+    if "pretrain" in resolve_config_dict(name).get("train", {}):  # the pretraining heads' region classes, BERT's 512 positions
+        sets += ["train.pretrain.object_classes=5", "train.pretrain.attribute_classes=5", "model.max_positions=32"]
     return sets, ProfileShapes(batch=2, length=4, vocab_size=30, repeats=1, answers=10, default_regions=5)
 
 

@@ -40,7 +40,7 @@ def recorded_reads() -> dict[str, set[str]]:
         recording.__dict__.update(cfg.model.__dict__)
         cfg.model = recording
         with torch.device("meta"):
-            task_of(cfg.task).create_model(cfg, vocab_size=40, num_answers=7 if cfg.task == "vqa" else None)
+            task_of(cfg.task).create_model(cfg, vocab_size=40, num_answers=7 if cfg.task in ("vqa", "pretraining") else None)
         reads[cfg.model.kind] |= RecordingModelConfig.touched
     return reads
 

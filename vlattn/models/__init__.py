@@ -78,7 +78,7 @@ MODELS: dict[str, ModelKind] = {
     "twin_stream": ModelKind("vqa", build_twin_stream, _EVERY_KIND | {"word_vectors"}),
     "catt": ModelKind("captioning", build_catt, _CAPTIONER),
     "mcan_catt": ModelKind("vqa", build_mcan_catt, _VQA_STACK),
-    "lxmert": ModelKind("vqa", build_lxmert, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
+    "lxmert": ModelKind("vqa", build_lxmert, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2", "pretraining"),
                         boxes=True),  # VQA v2 and GQA are both task vqa
     "lxmert_catt": ModelKind("vqa", build_lxmert_catt, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
                              boxes=True),

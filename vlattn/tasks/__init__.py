@@ -20,6 +20,7 @@ from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioner import Captioner
 from vlattn.tasks.captioning import CAPTIONING
 from vlattn.tasks.nlvr2 import NLVR2
+from vlattn.tasks.pretraining import PRETRAINING
 from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.distributed import pick_device
@@ -27,7 +28,9 @@ from vlattn.training.rundir import RunDirectory
 from vlattn.training.schedules import check_schedule
 from vlattn.training.stage import Stage, run_stage
 
-TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA, "nlvr2": NLVR2}
+TASKS: dict[str, Task] = {
+    "captioning": CAPTIONING, "vqa": VQA, "nlvr2": NLVR2, "pretraining": PRETRAINING,
+}
 # the trained-model object each task gives Python callers (vlattn.load)
 PREDICTORS: dict[str, type[Captioner] | type[Answerer]] = {"captioning": Captioner, "vqa": Answerer}
 

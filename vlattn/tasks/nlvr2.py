@@ -40,6 +40,7 @@ from vlattn.io import atomic_write_text
 from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import model_kind, without_initialisation
 from vlattn.models.profile import classifier_profile, random_regions
+from vlattn.tasks.pretrained import INIT_FROM
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
 from vlattn.training.checkpoint import Checkpoint, load_weights
 from vlattn.training.distributed import pick_device
@@ -143,6 +144,7 @@ TRAIN: Stage[NLVR2Data] = Stage(
     validator=make_validator,
     selection_metric="accuracy",
     lr_scaling=True,
+    init_from=INIT_FROM,
 )
 
 

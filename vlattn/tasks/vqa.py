@@ -71,6 +71,7 @@ from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
+from vlattn.tasks.pretrained import INIT_FROM, PRETRAINING
 from vlattn.tasks.base import (
     EvalRequest,
     ProfileShapes,
@@ -199,27 +200,29 @@ def question_vocabulary(data: VQAData) -> Vocabulary | WordPieceVocabulary:
                                      cfg.vocab_min_count)
 
 
-def build_vocabularies(data: VQAData) -> tuple[Vocabulary | WordPieceVocabulary, AnswerVocabulary]:
-    """Question words (:func:`question_vocabulary`) and the frequent training answers (see the module docstring)."""
+def answer_vocabulary(data: VQAData) -> AnswerVocabulary:
+    """The frequent training answers (see the module docstring)."""
     cfg, train = data.config, data.split("train")
     if train.annotations is None:
         raise DataError("the train split has no annotations to take candidate answers from", path=train.sources[0])
-    words = question_vocabulary(data)
     answers = AnswerVocabulary.build((a.multiple_choice_answer for a in train.annotations.values()),
                                      min_count=cfg.answer_min_count)
     if not len(answers):
         raise DataError(f"no training answer is given {cfg.answer_min_count} times (data.answer_min_count)",
                         path=train.sources[0])
-    return words, answers
+    return answers
 
 
 def load_vqa_data(cfg: DataConfig, words: Vocabulary | WordPieceVocabulary | None = None, answers: AnswerVocabulary | None = None) -> VQAData:
-    """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split."""
+    """The data set under ``cfg.root``, with the given vocabularies or ones built from the training split (the
+    question words: :func:`question_vocabulary`)."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
     data = VQAData(root, cfg, words or Vocabulary([]), answers or AnswerVocabulary([]), CachedStore(open_store(root / cfg.features), cfg.region_cache_mb << 20))
-    if words is None or answers is None:
-        data.words, data.answers = build_vocabularies(data)
+    if words is None:
+        data.words = question_vocabulary(data)
+    if answers is None:
+        data.answers = answer_vocabulary(data)
     return data
 
 
@@ -236,6 +239,8 @@ def stage_data(cfg: Config, source: Checkpoint | None) -> VQAData:
     """The data of the training stage, with the vocabularies of ``source`` when the run starts from one."""
     if source is None:
         return load_vqa_data(cfg.data)
+    if source.config.task == PRETRAINING:  # a pretrained encoder: its WordPiece entries, this data set's answers
+        return load_vqa_data(cfg.data, source.vocabulary("words", WordPieceVocabulary.load))
     return load_vqa_data(cfg.data, *checkpoint_vocabularies(source))
 
 
@@ -336,6 +341,7 @@ TRAIN: Stage[VQAData] = Stage(
     validator=make_validator,
     selection_metric="accuracy",
     lr_scaling=True,
+    init_from=INIT_FROM,
 )
 
 

@@ -294,3 +294,30 @@ def load_weights(model: torch.nn.Module, checkpoint: Checkpoint | str | Path) ->
     if missing or unexpected:
         raise DataError(f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}", path=file)
     return model
+
+
+def load_weights_from(model: torch.nn.Module, checkpoint: Checkpoint, prefix: str, fresh: tuple[str, ...]) -> None:
+    """Load into ``model`` the checkpoint's tensors named ``prefix + name`` for every parameter and buffer ``name``
+    of ``model`` except those under ``fresh`` (prefixes left as initialised, e.g. a fine-tuning head); a missing
+    tensor or another shape is a ``DataError`` naming the file and the tensors."""
+    file = checkpoint.path / MODEL_FILE
+    state = model.state_dict()
+    wanted = [name for name in state if not name.startswith(fresh)]
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            stored = set(handle.keys())
+            missing = [name for name in wanted if prefix + name not in stored]
+            if missing:
+                raise DataError(f"weights do not match the model: no {prefix}{missing[0]} (and {len(missing) - 1} more "
+                                "missing); was the checkpoint trained with this config's model section?", path=file)
+            loaded = {name: handle.get_tensor(prefix + name) for name in wanted}
+    except (SafetensorError, OSError) as err:
+        raise DataError(f"cannot load weights: {err}", path=file) from None
+    wrong = [name for name in wanted if loaded[name].shape != state[name].shape]
+    if wrong:
+        name = wrong[0]
+        raise DataError(f"weights do not match the model: {prefix}{name} has shape {tuple(loaded[name].shape)}, the "
+                        f"model's {name} {tuple(state[name].shape)} ({len(wrong)} tensors differ)", path=file)
+    with torch.no_grad():
+        for name in wanted:
+            state[name].copy_(loaded[name])

@@ -45,6 +45,8 @@ LOG = logging.getLogger("vlattn.training")
 
 Batch = dict[str, Any]
 Objective = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
+"""``(model, batch) -> (loss, logs)``; an objective with a ``set_epoch(epoch)`` method is told each epoch (0-based)
+before its first step, on a resumed run too (LXMERT's pretraining adds its QA loss from a given epoch)."""
 Validator = Callable[[torch.nn.Module], dict[str, float]]
 CheckpointWriter = Callable[[str, dict[str, Any]], None]
 """``write(name, train_state)``: save the model with ``train_state`` as checkpoint ``name`` (``last``/``best``)."""
@@ -369,6 +371,9 @@ class Trainer:
             with StopSignals() as signals:
                 while self.state.epoch < self.options.epochs and not self._done() and not self._out_of_patience():
                     self._stop_if_signalled(signals)
+                    set_epoch = getattr(self.objective, "set_epoch", None)  # an objective that changes over epochs
+                    if set_epoch is not None:
+                        set_epoch(self.state.epoch)
                     loader, sampler = self._loader(self.state.epoch, self.state.sample_in_epoch)
                     bar = tqdm(loader, desc=f"{self.options.stage} epoch {self.state.epoch + 1}/{self.options.epochs}",
                                disable=quiet)

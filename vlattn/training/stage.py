@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -110,6 +110,9 @@ class Stage(Generic[D]):
       cross-entropy rate by sqrt(k), not the CIDEr-D optimisation's).
     - ``finish(cfg, data, best, device)``: run on the main rank once training ends, with ``best`` the directory of
       the run's best checkpoint (captioning: choose the beam size on validation), or None: nothing to do.
+    - ``init_from``: the other tasks whose checkpoints ``--init`` accepts, each with the function loading what it
+      shares into the stage's model (a fine-tuning stage from a pretrained encoder); ``load_data`` gets such a
+      checkpoint as ``source`` too.
     """
 
     name: str
@@ -130,6 +133,7 @@ class Stage(Generic[D]):
     needs_init: bool = False
     lr_scaling: bool = False
     finish: Callable[[Config, D, Path, torch.device], None] | None = None
+    init_from: Mapping[str, Callable[[nn.Module, Checkpoint], None]] = field(default_factory=dict)
 
     def reads(self) -> frozenset[str]:
         """The config keys the stage runner reads for this stage: its own (schedule, epochs, ...) and
@@ -147,8 +151,11 @@ def starting_point(stage: Stage, cfg: Config, start: Start, init: str | Path | N
         return load_checkpoint(start.resume_from, with_state=True)
     if init is not None:
         source = load_checkpoint(init)
-        if source.config.task != cfg.task:
-            raise ConfigError(f"--init {init}: a {source.config.task} checkpoint, but the config's task is {cfg.task!r}")
+        if source.config.task != cfg.task and source.config.task not in stage.init_from:
+            also = f" (stage {stage.name!r} also starts from {', '.join(stage.init_from)} checkpoints)" \
+                if stage.init_from else ""
+            raise ConfigError(f"--init {init}: a {source.config.task} checkpoint, but the config's task is "
+                              f"{cfg.task!r}{also}")
         return source
     if stage.needs_init:
         raise VlattnError(f"stage {stage.name!r} starts from a trained model: pass --init CHECKPOINT (e.g. the run "
@@ -220,7 +227,7 @@ def _train(stage: Stage, start: Start, run: RunDirectory, init: str | Path | Non
     model = stage.build_model(cfg, data)
     prepared: list[str] = []
     if source is not None:
-        load_weights(model, source)
+        stage.init_from.get(source.config.task, load_weights)(model, source)
     elif ctx.is_main:
         prepared = prepare_model(model, lambda: data.prepare_resources(model, cfg.train.seed))
     model.to(dev)

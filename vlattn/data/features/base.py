@@ -6,7 +6,8 @@ A store maps an integer image id to the detector regions of that image:
 * ``boxes``: float32 array (N, 4), x1, y1, x2, y2 in pixels of the original image;
 * ``width``/``height``: the original image size in pixels;
 * optionally, for regions a detector found, ``classes`` (N,) int64 and ``scores`` (N,) float32 (the writers keep
-  them; the readers return regions without them).
+  them; the readers return regions without them), and ``attributes`` (N,) int64 with ``attribute_scores`` (N,)
+  float32 (bottom-up's attribute head; the memmap writer keeps them). :mod:`.labels` reads them back.
 
 Backends (M2's single HDF5 file, bottom-up ``.npz`` per image, the project's memory-mapped format)
 implement :class:`FeatureStore`. A missing id is always an error, never a substitute.
@@ -23,7 +24,8 @@ import numpy as np
 @dataclass(frozen=True)
 class RegionFeatures:
     """Regions of one image. ``features`` (N, D) float32, ``boxes`` (N, 4) float32 x1y1x2y2 pixels; a detector's
-    ``classes`` (N,) int64 and ``scores`` (N,) float32 when known."""
+    ``classes`` (N,) int64 and ``scores`` (N,) float32 when known, and its ``attributes`` (N,) int64 with their
+    ``attribute_scores`` (N,) float32."""
 
     features: np.ndarray
     boxes: np.ndarray
@@ -31,6 +33,8 @@ class RegionFeatures:
     height: int
     classes: np.ndarray | None = field(default=None, compare=False)
     scores: np.ndarray | None = field(default=None, compare=False)
+    attributes: np.ndarray | None = field(default=None, compare=False)
+    attribute_scores: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def num_regions(self) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.data.features.labels import RegionLabels, region_labels
 
 
 class CachedStore:
@@ -68,3 +69,7 @@ class CachedStore:
             self._regions[image_id] = regions
             self.cached_bytes += size
         return regions
+
+    def labels(self, image_id: int) -> RegionLabels | None:
+        """The region labels of the underlying store (:func:`~.labels.region_labels`), read through."""
+        return region_labels(self.store, image_id)

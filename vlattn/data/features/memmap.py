@@ -10,6 +10,9 @@ Files (R regions in total over M images, feature dimension D)::
     sizes.npy      int64 (M, 2): image width, height
     classes.npy    int64 (R,): each region's detector class (only when the regions came with classes and scores)
     scores.npy     float32 (R,): each region's detector score (idem)
+    attributes.npy int64 (R,): each region's attribute class (only when the regions came with attributes and their
+                   scores, beside classes and scores)
+    attribute_scores.npy float32 (R,): each region's attribute score (idem)
     .vlattn.json   marker: a store written by vlattn (what ``--overwrite`` may replace)
 
 The raw files are opened lazily in each process, so a store object pickles cheaply to DataLoader workers, and an
@@ -32,6 +35,7 @@ import numpy as np
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
+from vlattn.data.features.labels import RegionLabels
 from vlattn.data.features.record import MEMMAP_KEY, Record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
 from vlattn.errors import DataError
@@ -63,6 +67,7 @@ class MemmapStore(IndexedStore):
         self._index_ids(self._rows)
         self._files: ProcessLocal[tuple[BinaryIO, BinaryIO]] = ProcessLocal(self._open)
         self._detections: tuple[np.ndarray, np.ndarray] | None = None
+        self._attributes: tuple[np.ndarray, np.ndarray] | None = None
 
     def _check_index(self, num_images: int) -> None:
         """Index arrays and raw file sizes agree with ``meta.json``."""
@@ -138,6 +143,22 @@ class MemmapStore(IndexedStore):
         start, stop = int(self._offsets[row]), int(self._offsets[row + 1])
         return np.array(self._detections[0][start:stop]), np.array(self._detections[1][start:stop])
 
+    def labels(self, image_id: int) -> RegionLabels | None:
+        """The detector's object classes and, when stored, attribute classes of ``image_id``'s regions, with
+        their scores (:class:`~.labels.RegionLabels`), or None when the store has no classes."""
+        found = self.detections(image_id)
+        if found is None:
+            return None
+        root = Path(self.path)
+        if self._attributes is None and (root / "attributes.npy").is_file():
+            self._attributes = (np.load(root / "attributes.npy", mmap_mode="r"),
+                                np.load(root / "attribute_scores.npy", mmap_mode="r"))
+        if self._attributes is None:
+            return RegionLabels(*found)
+        row = self._rows[image_id]
+        start, stop = int(self._offsets[row]), int(self._offsets[row + 1])
+        return RegionLabels(*found, np.array(self._attributes[0][start:stop]), np.array(self._attributes[1][start:stop]))
+
 
 def _read_meta(root: Path) -> dict[str, object]:
     """``meta.json`` of a memmap store, checked for format and version."""
@@ -167,6 +188,7 @@ class _MemmapWriter:
         self.sizes: list[tuple[int, int]] = []
         self.seen: set[int] = set()
         self.detections: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # classes, scores per image
+        self.attributes: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # attributes, their scores
 
     def add(self, image_id: int, regions: RegionFeatures) -> None:
         """Append one image; checks id uniqueness, dimension and the float16 range."""
@@ -203,6 +225,14 @@ class _MemmapWriter:
         if self.detections is not None:
             self.detections[0].append(np.asarray(regions.classes, dtype=np.int64))
             self.detections[1].append(np.asarray(regions.scores, dtype=np.float32))
+        attributed = has and regions.attributes is not None and regions.attribute_scores is not None
+        if not self.ids:
+            self.attributes = ([], []) if attributed else None
+        if attributed != (self.attributes is not None):
+            raise DataError("regions with and without attributes in one store", path=self.dest, item=image_id)
+        if self.attributes is not None:
+            self.attributes[0].append(np.asarray(regions.attributes, dtype=np.int64))
+            self.attributes[1].append(np.asarray(regions.attribute_scores, dtype=np.float32))
 
     def finish(self, extractor: Record | None = None) -> None:
         """Write the index arrays (and the detections), then ``meta.json`` (with the extractor record, if any)."""
@@ -211,6 +241,9 @@ class _MemmapWriter:
         if self.detections is not None:
             np.save(self.root / "classes.npy", np.concatenate(self.detections[0]))
             np.save(self.root / "scores.npy", np.concatenate(self.detections[1]))
+        if self.attributes is not None:
+            np.save(self.root / "attributes.npy", np.concatenate(self.attributes[0]))
+            np.save(self.root / "attribute_scores.npy", np.concatenate(self.attributes[1]))
         np.save(self.root / "ids.npy", np.asarray(self.ids, dtype=np.int64))
         np.save(self.root / "offsets.npy", np.asarray(self.offsets, dtype=np.int64))
         np.save(self.root / "sizes.npy", np.asarray(self.sizes, dtype=np.int64).reshape(-1, 2))

@@ -32,6 +32,7 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.checks import make_regions
+from vlattn.data.features.labels import RegionLabels
 from vlattn.data.features.storage import IndexedStore, ProcessLocal
 from vlattn.errors import DataError
 from vlattn.io import atomic_path
@@ -144,6 +145,37 @@ class TSVStore(IndexedStore):
 
     def get(self, image_id: int) -> RegionFeatures:
         """Regions of ``image_id``: one seek and one line read."""
+        return self._parse(*self._line(image_id))[1]
+
+    def labels(self, image_id: int) -> RegionLabels | None:
+        """The detector's ``objects_id``/``objects_conf`` and ``attrs_id``/``attrs_conf`` of ``image_id`` (LXMERT's
+        10-field layout; base64 int64 ids, float32 scores), or None for the 6-field layout, which has none."""
+        line, file, line_no = self._line(image_id)
+        parts = line.rstrip(b"\r\n").split(b"\t")
+        if len(parts) != len(LXMERT):
+            return None
+        fields = dict(zip(LXMERT, parts))
+        where = f"line {line_no} (image {image_id})"
+        try:
+            count = int(fields["num_boxes"])
+        except ValueError as err:
+            raise DataError(f"non-numeric box count: {err}", path=file, item=where) from None
+
+        def column(name: str, dtype: str) -> np.ndarray:
+            try:
+                values = np.frombuffer(base64.b64decode(fields[name], validate=True), dtype=dtype)
+            except (binascii.Error, ValueError) as err:
+                raise DataError(f"field {name!r} is not valid base64 {dtype} values: {err}", path=file,
+                                item=where) from None
+            if values.shape != (count,):
+                raise DataError(f"field {name!r} holds {values.size} values for {count} boxes", path=file, item=where)
+            return values.astype(np.int64 if dtype == "<i8" else np.float32)
+
+        return RegionLabels(column("objects_id", "<i8"), column("objects_conf", "<f4"), column("attrs_id", "<i8"),
+                            column("attrs_conf", "<f4"))
+
+    def _line(self, image_id: int) -> tuple[bytes, Path, int]:
+        """The line of ``image_id`` with its file and line number: one seek and one read."""
         row = self._index().get(image_id)
         if row is None:
             raise DataError("image id not in the TSV", path=self.path, item=image_id)
@@ -151,11 +183,11 @@ class TSVStore(IndexedStore):
         handle = self._handles.get()[shard]
         handle.seek(offset)
         line = handle.read(length)
-        found, regions = self._parse(line, self.files[shard], line_no)
+        found = parse_image_id(line.split(b"\t", 1)[0], path=self.files[shard], item=f"line {line_no}")
         if found != image_id:
             raise DataError(f"line {line_no} holds image {found}, not {image_id}: the TSV changed after indexing",
                             path=self.files[shard], item=image_id)
-        return regions
+        return line, self.files[shard], line_no
 
     # -- sequential reading ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from .cooccur import cooccurrence_statistics
 from .evidence import evidence_statistics
 from .extractor import WEIGHTS_FILE, save_extractor
 from .featurize import Featurized
+from .labels import labelled
 from .pairs import gqa_record, nlvr2_records, wordpiece_entries
 from .sample import Sample
 
@@ -99,8 +100,8 @@ def write_vqa(root: Path, samples: Sequence[Sample]) -> None:
 
 
 def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized) -> None:
-    """The extractor's weights (``extractor.safetensors``), the memmap stores ``features/`` (detection regions)
-    and, with a grid, ``grid_features/``, each recording the extractor (:mod:`vlattn.data.features.record`;
+    """The extractor's weights (``extractor.safetensors``), the memmap stores ``features/`` (detection regions,
+    with the simulated detector's object and attribute classes, :mod:`.labels`) and, with a grid, ``grid_features/``, each recording the extractor (:mod:`vlattn.data.features.record`;
     the weights' path relative to the store).
 
     The grid store's record is the ``synth`` pixel extractor's (:mod:`vlattn.pixels`), which reproduces it from the
@@ -112,7 +113,8 @@ def write_features(root: Path, samples: Sequence[Sample], featurized: Featurized
     dim = featurized.report["feature_dim"]
     ids = [s.scene.image_id for s in samples]
     detections = {"name": "synth-detections", "dim": dim, "weights": weights, "settings": {"image_size": size}}
-    write_memmap(root / "features", zip(ids, featurized.regions), extractor=detections)
+    regions = (labelled(r, s) for r, s in zip(featurized.regions, samples))
+    write_memmap(root / "features", zip(ids, regions), extractor=detections)
     if featurized.grid is not None:
         grid = {"name": "synth", "dim": dim, "weights": weights,
                 "settings": {"grid": featurized.cells, "image_size": size}}
