@@ -80,7 +80,8 @@ MODELS: dict[str, ModelKind] = {
     "mcan_catt": ModelKind("vqa", build_mcan_catt, _VQA_STACK),
     "lxmert": ModelKind("vqa", build_lxmert, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2", "pretraining"),
                         boxes=True),  # VQA v2 and GQA are both task vqa
-    "lxmert_catt": ModelKind("vqa", build_lxmert_catt, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
+    "lxmert_catt": ModelKind("vqa", build_lxmert_catt, _EVERY_KIND | _STACK | {"max_positions"},
+                             also=("nlvr2", "pretraining"),
                              boxes=True),
 }
 

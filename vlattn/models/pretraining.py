@@ -39,19 +39,20 @@ class PretrainOutput:
 
 
 class PredictionTransform(nn.Sequential):
-    """BERT's prediction transform: Linear(d, d), GeLU, LayerNorm; (..., d) -> (..., d)."""
+    """BERT's prediction transform: Linear(w, d), GeLU, LayerNorm; (..., w) -> (..., d). w, the encoder's output
+    width, is d, or 2d for LXMERT+CATT's concatenated streams."""
 
-    def __init__(self, d_model: int, eps: float) -> None:
-        super().__init__(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model, eps=eps))
+    def __init__(self, d_model: int, eps: float, in_dim: int | None = None) -> None:
+        super().__init__(nn.Linear(in_dim or d_model, d_model), nn.GELU(), nn.LayerNorm(d_model, eps=eps))
 
 
 class WordHead(nn.Module):
     """The masked language model's output: the transform, then the tied word table (passed in at each call, so
     the table stays the encoder's own parameter) plus a bias; (B, L, d) -> (B, L, V)."""
 
-    def __init__(self, d_model: int, vocab_size: int, eps: float) -> None:
+    def __init__(self, d_model: int, vocab_size: int, eps: float, in_dim: int | None = None) -> None:
         super().__init__()
-        self.transform = PredictionTransform(d_model, eps)
+        self.transform = PredictionTransform(d_model, eps, in_dim)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, states: Tensor, table: Tensor) -> Tensor:
@@ -62,9 +63,10 @@ class ObjectHead(nn.Module):
     """Masked object prediction's outputs: the transform, then per region the object logits (O), the attribute
     logits (A) and the regressed feature (D)."""
 
-    def __init__(self, d_model: int, objects: int, attributes: int, feature_dim: int, eps: float) -> None:
+    def __init__(self, d_model: int, objects: int, attributes: int, feature_dim: int, eps: float,
+                 in_dim: int | None = None) -> None:
         super().__init__()
-        self.transform = PredictionTransform(d_model, eps)
+        self.transform = PredictionTransform(d_model, eps, in_dim)
         self.objects = nn.Linear(d_model, objects)
         self.attributes = nn.Linear(d_model, attributes)
         self.features = nn.Linear(d_model, feature_dim)
@@ -76,14 +78,15 @@ class ObjectHead(nn.Module):
 
 
 class PretrainingHeads(nn.Module):
-    """The word, matching and object heads (the answer head is the backbone's ``head``)."""
+    """The word, matching and object heads (the answer head is the backbone's ``head``); ``in_dim``: the width of
+    the encoder's language and vision states when it is not d (the matching head reads the d-wide pooled vector)."""
 
     def __init__(self, d_model: int, vocab_size: int, objects: int, attributes: int, feature_dim: int,
-                 eps: float) -> None:
+                 eps: float, in_dim: int | None = None) -> None:
         super().__init__()
-        self.words = WordHead(d_model, vocab_size, eps)
+        self.words = WordHead(d_model, vocab_size, eps, in_dim)
         self.matching = nn.Linear(d_model, 2)
-        self.regions = ObjectHead(d_model, objects, attributes, feature_dim, eps)
+        self.regions = ObjectHead(d_model, objects, attributes, feature_dim, eps, in_dim)
 
 
 class PretrainingModel(nn.Module):

@@ -231,7 +231,8 @@ def build_model(cfg: Config, num_words: int, num_answers: int, store_dim: int | 
                           "one sentence with an answer head (model.options.images: 1)")
     extra = cfg.model.options
     heads = PretrainingHeads(cfg.model.d_model, num_words, options.object_classes, options.attribute_classes,
-                             cfg.model.feature_dim, float(extra.get("layer_norm_eps", 1e-12)))
+                             cfg.model.feature_dim, float(extra.get("layer_norm_eps", 1e-12)),
+                             getattr(backbone, "output_dim", None))
     bert_init(heads, float(extra.get("init_std", 0.02)))
     return set_dropout_mask(PretrainingModel(backbone, heads), cfg.model.dropout_mask)
 
