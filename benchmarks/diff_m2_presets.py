@@ -1,6 +1,6 @@
 """Every difference between vlattn/presets/m2.yaml (the paper reading) and vlattn/presets/m2-official.yaml (the released
 code's model and recipe), key by key with its reason, plus the differences of the released recipe that are not
-config keys; written to benchmarks/RESULTS.md ("M2 presets: paper vs released recipe"). A key that differs
+config keys; written to benchmarks/PARAMETERS.md ("M2 presets: paper vs released recipe"). A key that differs
 without a reason below is an error, so the table cannot fall behind the presets
 (``tests/models/test_m2_official.py`` also checks the section against the presets).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 
 from vlattn.config import config_to_dict, load_config
 
@@ -98,7 +98,7 @@ weights.
 {rows}
 
 {NOT_KEYS}"""
-    publish("M2 presets: paper vs released recipe", body, args)
+    publish("M2 presets: paper vs released recipe", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ LXMERT+CATT (vlattn/presets/vqa-lxmert-catt.yaml) and BUTD+CATT (vlattn/presets/
 with the increment split into its parts, against the CATT paper's statement
 (supplementary Sec. 9: with IS-ATT and CS-ATT sharing their parameters, "the increments of the trainable parameters
 only come from the global image and word embedding dictionaries"; the paper gives no totals). Written to
-benchmarks/RESULTS.md ("## CATT parameters"). Built on the meta device (no weights allocated).
+benchmarks/PARAMETERS.md ("## CATT parameters"). Built on the meta device (no weights allocated).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 from torch import nn
 
 from vlattn.config import ModelConfig, load_config
@@ -126,7 +126,7 @@ parameter of the increment is accounted for:
   an unchanged language LSTM, {2 * 2048 * 2048 + 2048:,}. The paper gives no BUTD+CATT totals and states no
   parameter count for it.
 """
-    publish("CATT parameters", body, args)
+    publish("CATT parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

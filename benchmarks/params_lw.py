@@ -1,5 +1,5 @@
 """LW-Transformer Tables II-III: backbone parameters and MAdds of every row, ours beside the paper's,
-written to benchmarks/RESULTS.md ("## LW-Transformer parameters and MAdds"); and the paper's VQA tables (II-VI as
+written to benchmarks/PARAMETERS.md ("## LW-Transformer parameters and MAdds"); and the paper's VQA tables (II-VI as
 they apply) with every row built as the VQA model itself (MCAN of vlattn/presets/vqa-mcan.yaml with the row's
 attention and feed-forward), counted in a forward pass of one question ("## LW-Transformer on VQA: the paper's
 tables").
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import dataclasses
 
 import torch
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 from torch import nn
 
 from vlattn.config import ModelConfig, Spec, load_config
@@ -180,9 +180,9 @@ How the counts arise (k groups, n expansion, d=512, d_f=2048; per layer; "+b" = 
   Transformer is 2.58G in both layouts (its four projections are alike).
 - The authors' released captioning code differs from the paper's LW-Transformer: its attention merges group-wise
   (G-LML always on, `fc_o` d/k -> d/k shared), i.e. `group_merge: true` here (20.5M with biases for 1x)."""
-    publish("LW-Transformer parameters and MAdds", body, args)
+    publish("LW-Transformer parameters and MAdds", body, args, PARAMETERS)
     if not args.quick:
-        publish("LW-Transformer on VQA: the paper's tables", vqa_tables(), args)
+        publish("LW-Transformer on VQA: the paper's tables", vqa_tables(), args, PARAMETERS)
 
 
 # the VQA columns of Tables II-III (VQA2.0 val accuracy), Table V and Table VI (test-dev), by row label

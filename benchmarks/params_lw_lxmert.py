@@ -1,6 +1,6 @@
 """LW-LXMERT (LW-Transformer, Luo et al. 2022, "Bert-style Model", Table XI): the parameters of LXMERT, LW-LXMERT 1x
 and LW-LXMERT 3x built from the presets (vqa-lxmert, vqa-lw-lxmert, vqa-lw-lxmert-3x), beside the paper's 181M /
-100M / 117M, written to benchmarks/RESULTS.md ("## LW-LXMERT parameters").
+100M / 117M, written to benchmarks/PARAMETERS.md ("## LW-LXMERT parameters").
 
 Counted: the backbone (``Lxmert.backbone_layers()``: 9 language, 5 object-relationship and 5 cross-modality layers,
 what ``vlattn profile`` reports) with all its parameters and with its weight matrices only (no biases or LayerNorm
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 from torch import nn
 
 from vlattn.config import ModelConfig, load_config
@@ -66,7 +66,7 @@ would give {readings[0]} or {readings[1]} weights for 1x (docs/lxmert.md account
 | model | preset | paper | backbone | weights | whole model |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}"""
-    publish("LW-LXMERT parameters", body, args)
+    publish("LW-LXMERT parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Trainable parameters of M2 (vlattn/presets/m2.yaml, vocabulary 10201, 2048-d regions) by component, against the
-3+3 Transformer with the same config; written to benchmarks/RESULTS.md
+3+3 Transformer with the same config; written to benchmarks/PARAMETERS.md
 ("## M2 parameters"). Components group parameter names with layer indices collapsed to ``*``.
 """
 
@@ -9,7 +9,7 @@ import dataclasses
 import re
 from collections import Counter
 
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 from torch import nn
 
 from vlattn.config import Spec, load_config
@@ -65,7 +65,7 @@ encoder self-attention and single-level cross-attention. Trainable parameters (`
 - The released code reports 27,809,280 decoder parameters: ours + its 55 x 512 = 28,160-entry position table,
   which is frozen there (and, overwritten by its Xavier pass, random rather than sinusoidal); our positions are
   a sinusoidal buffer. Total {totals['M2']['total']:,}, the released model's trainable count."""
-    publish("M2 parameters", body, args)
+    publish("M2 parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Trainable parameters and backbone multiply-adds of MCAN-small (vlattn/presets/vqa-mcan.yaml) and MCAN-large
 (vlattn/presets/vqa-mcan-large.yaml) by component, against the LW-Transformer paper's Table II "Transformer" row
-(the MCAN 6+6 backbone: 44.1M parameters, 2.58G MAdds); written to benchmarks/RESULTS.md ("## MCAN
+(the MCAN 6+6 backbone: 44.1M parameters, 2.58G MAdds); written to benchmarks/PARAMETERS.md ("## MCAN
 parameters"). Components group parameter names with layer indices collapsed to ``*``. ``--quick``: the small
 model only.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 from params_m2 import components
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 
 from vlattn.config import load_config
 from vlattn.models import build_vqa_model
@@ -70,7 +70,7 @@ regions and 14 words (MCAN's padding sizes), attention products included.
 - The rest of MCAN-small: question encoder (embedding {WORDS:,} x 300 + LSTM(300 -> 512) 1,667,072), region
   projection 2048 x 512 + 512, two attentional reductions (512 -> 512 -> 1 glimpse, merge 512 -> 1024), the fusion
   LayerNorm and the classifier 1024 x {ANSWERS:,} + {ANSWERS:,}."""
-    publish("MCAN parameters", body, args)
+    publish("MCAN parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Trainable parameters of SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml, ng-san.yaml)
 with the 9487-word COCO vocabulary and 2048-d regions, beside NG-SAN's Tables 1, 4 and 6; written
-to benchmarks/RESULTS.md ("## NG-SAN parameters"). Models are built on the meta device (no weights allocated);
+to benchmarks/PARAMETERS.md ("## NG-SAN parameters"). Models are built on the meta device (no weights allocated);
 the counts are those ``vlattn profile --vocab-size 9487`` prints.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 
 from vlattn.config import ModelConfig, Spec, load_config
 from vlattn.models import build_captioner, build_vqa_model
@@ -129,7 +129,7 @@ Table 9 (VQA, MCAN + GSA; the paper prints no parameter count for it): the MCAN-
 vlattn/presets/vqa-mcan.yaml has {mcan:,} parameters, that of vlattn/presets/vqa-mcan-gsa.yaml (query-dependent GSA in the 6
 image self-attention layers) {mcan_gsa:,}: + {mcan_gsa - mcan:,} = 6 x {(mcan_gsa - mcan) // 6:,}, the same geometric bias per
 layer as in G-SAN's encoder."""
-    publish("NG-SAN parameters", body, args)
+    publish("NG-SAN parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

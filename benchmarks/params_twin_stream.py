@@ -1,6 +1,6 @@
 """Trainable parameters of the twin-stream SLA model in the SLA paper's Table 1 setup (vlattn/presets/vqa-sla.yaml) and
 of its stacked-attention baseline (vlattn/presets/vqa-stacked.yaml), by component, with the same vocabulary sizes as
-"MCAN parameters"; written to benchmarks/RESULTS.md ("## Twin-stream SLA parameters"). Components group
+"MCAN parameters"; written to benchmarks/PARAMETERS.md ("## Twin-stream SLA parameters"). Components group
 parameter names with unit indices collapsed to ``*``.
 """
 
@@ -10,7 +10,7 @@ from collections import Counter
 
 import torch
 from params_m2 import components
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 
 from vlattn.config import load_config
 from vlattn.models import build_vqa_model
@@ -54,7 +54,7 @@ vlattn/attention/sla.py and vlattn/models/twin_stream.py, and tests/models/test_
 totals by hand. The SLA streams' extra parameters over the stacked ones: W_z of every unit (on v and b_pos for
 unit 1, on s^(t-1) and a^(t-1) for later units), the positional bias FC (visual stream only) and the readout's
 1x1 convolution over the m + D channels of z^(T) (the stacked streams map a^(T) alone)."""
-    publish("Twin-stream SLA parameters", body, args)
+    publish("Twin-stream SLA parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

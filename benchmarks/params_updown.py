@@ -1,7 +1,7 @@
 """Trainable parameters of the Up-Down captioner (vlattn/presets/updown.yaml: LSTMs 1024, word embedding 1024, attention
 512, 2048-d regions) at the self-critical.pytorch COCO vocabulary (9,487 words, UNK included), beside the
 self-critical.pytorch UpDownModel with the same sizes and the authors' released Caffe net, both counted from their
-layer definitions; written to benchmarks/RESULTS.md ("## Up-Down parameters").
+layer definitions; written to benchmarks/PARAMETERS.md ("## Up-Down parameters").
 
 The reference counts are arithmetic over the layer shapes of self-critical.pytorch's ``captioning/models/AttModel.py``
 (``AttModel.__init__``, ``UpDownCore``, ``Attention``) and of peteanderson80/Up-Down-Captioner's
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from results import parse_args, publish
+from results import PARAMETERS, parse_args, publish
 
 from vlattn.config import load_config
 from vlattn.models import build_captioner
@@ -142,7 +142,7 @@ Cross-checks:
   bias vectors per cell where Caffe's LSTM has one (2 x 4M = {8 * hidden:,}) and the registry's additive attention has
   biases in W_va and W_ha where Caffe has none ({2 * attention:,}; w_a has none, as in Eq. 3); the layer structure is
   otherwise the same."""
-    publish("Up-Down parameters", body, args)
+    publish("Up-Down parameters", body, args, PARAMETERS)
 
 
 if __name__ == "__main__":

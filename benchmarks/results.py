@@ -1,4 +1,5 @@
-"""Write one ``## Heading`` section of ``benchmarks/RESULTS.md``, keeping every other section as it is."""
+"""Write one ``## Heading`` section of ``benchmarks/RESULTS.md`` (measured results) or ``benchmarks/PARAMETERS.md``
+(parameter and MAdds accounting beside the papers' figures), keeping every other section as it is."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+PARAMETERS = Path(__file__).with_name("PARAMETERS.md")
 
 
 def write_section(heading: str, body: str, path: Path = RESULTS) -> None:
@@ -46,12 +48,13 @@ def sized(args: argparse.Namespace, full: int, quick: int) -> int:
     return quick if args.quick else full
 
 
-def publish(heading: str, body: str, args: argparse.Namespace) -> None:
-    """Print ``body`` with the command that produced it, and write it as a section unless ``--no-write``."""
+def publish(heading: str, body: str, args: argparse.Namespace, path: Path = RESULTS) -> None:
+    """Print ``body`` with the command that produced it, and write it as a section of ``path`` unless
+    ``--no-write``."""
     body = f"{body.strip()}\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`"
     print(body)
     if not args.no_write:
-        write_section(heading, body)
+        write_section(heading, body, path)
 
 
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:

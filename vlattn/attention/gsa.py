@@ -29,7 +29,7 @@ Choices the paper leaves open, documented here:
   QK^T only "for simplicity", and nothing says phi is scaled, so it is not.
 - Per layer the parameters are: FC 4 x d_g + d_g; w_g: H x d_g (content-independent, no bias, as Eq. 11);
   W_Q' / W_K': d x H d_g + H d_g each (query-/key-dependent). With d = 512, 8 heads, d_g = 64:
-  832 per layer for phi1 and 262,976 for phi2 or phi3 (see benchmarks/RESULTS.md, "NG-SAN parameters").
+  832 per layer for phi1 and 262,976 for phi2 or phi3 (see benchmarks/PARAMETERS.md, "NG-SAN parameters").
 - f_ij is computed once per image (:class:`~vlattn.layers.BoxGeometry`, shared through the context by every
   layer) with the clamps documented there.
 - **Direction.** Eq. 8 uses |x_i - x_j| and |y_i - y_j|, so GSA cannot tell left from right or above from

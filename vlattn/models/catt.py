@@ -36,7 +36,7 @@ Eq. 5 and Fig. 5 have it.
 - ``fusion``: ``concat`` (the paper: Z^ and X^ "concatenated and input into the final predictor"; the classifier
   reads 2d features) or ``concat_linear`` (the released code's ``fc_lang``: Linear(2d -> d) before it).
 
-Parameters beyond the Transformer of the same config (benchmarks/RESULTS.md, "CATT parameters"): the dictionaries
+Parameters beyond the Transformer of the same config (benchmarks/PARAMETERS.md, "CATT parameters"): the dictionaries
 (K_img x D_feature + K_word x d) and the classifier's second half (V x d for ``concat``; 2d x d + d for
 ``concat_linear``), and with ``share: false`` a second copy of every layer. The paper says the increments "only come
 from the global image and word embedding dictionaries"; its concatenated predictor must widen too.

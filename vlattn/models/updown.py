@@ -32,7 +32,7 @@ Variants (``options.variant``):
   own Linear(D -> M) + ReLU + dropout (``fc_embed``), the word embeddings are followed by ReLU + dropout, and h^2
   by dropout.
 
-What still differs from the released codes (benchmarks/RESULTS.md, "Up-Down parameters", counts every
+What still differs from the released codes (benchmarks/PARAMETERS.md, "Up-Down parameters", counts every
 parameter): torch's ``LSTMCell`` has two bias vectors (b_ih, b_hh) where Caffe's LSTM has one (self-critical.pytorch
 has torch's two); the registry's additive attention has biases in W_va and W_ha where the Caffe layers have
 none (w_a has none in ``paper``, as in Eq. 3; ``self_critical`` adds it, as ``alpha_net`` has one); the vocabulary keeps separate PAD/BOS/EOS/UNK rows where self-critical.pytorch shares row 0 for BOS, EOS
