@@ -159,6 +159,7 @@ def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None
         return None
     result = {"job": job.name, "capability": cap, "seconds": seconds, "overrides": overrides,
               "figures": collect(job, work)}
+    done = work / "results" / f"{job.name}.json"
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(result, indent=1))
     print(f"[variance] {job.name}: {result['figures']} in {seconds:.0f} s", flush=True)

@@ -46,6 +46,26 @@ def test_bad_preset_names(bench, text) -> None:
         bench.preset_name(text)
 
 
+def test_a_job_runs_and_leaves_its_result(bench, tmp_path, monkeypatch) -> None:
+    job = bench.Job("vqa:vqa-lw-demo", "avx2", 5)
+    calls = []
+
+    def fake_run(cmd, env, **kwargs):
+        calls.append((cmd, env.get("ATEN_CPU_CAPABILITY")))
+        eval_dir = bench.run_dir(tmp_path, job) / "eval"
+        eval_dir.mkdir(parents=True)
+        report = {"overall": 88.5, "perAnswerType": {"yes/no": 90.0, "number": 80.0}}
+        (eval_dir / "test_metrics.json").write_text(json.dumps(report))
+        return bench.subprocess.CompletedProcess(cmd, 1)  # 1: the demo missed its floor, still a result
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    result = bench.run_job(job, tmp_path, [], "AVX2")
+    assert len(calls) == 1 and calls[0][1] == "avx2" and "vqa-lw-demo" in calls[0][0]
+    assert result["figures"] == {"overall": 88.5, "type yes/no": 90.0, "type number": 80.0}
+    assert json.loads((tmp_path / "results" / "vqa-vqa-lw-demo-avx2-s5.json").read_text()) == result
+    assert bench.run_job(job, tmp_path, [], "AVX2") == result and len(calls) == 1  # not run again
+
+
 def test_demo_xe_stage_taken_from_the_demo_job(bench, tmp_path, monkeypatch) -> None:
     demo = {"job": "demo-best-s3", "capability": "AVX512", "seconds": 300.0, "overrides": ["eval.batch_size=8"],
             "figures": {"XE CIDEr-D": 0.9, "XE beam": 1, "SCST CIDEr-D": 1.2, "SCST beam": 3}}
