@@ -8,7 +8,7 @@ DEMO_DATA ?= data/synth
 DEMO_RUN ?= runs/demo
 DEMO_VQA_RUN ?= runs/demo-vqa
 
-.PHONY: demo demo-vqa test install clean bench
+.PHONY: demo demo-vqa lint test install clean bench
 
 # The venv is made without pip (ensurepip runs pip once just to install pip and setuptools: ~5 CPU s); the one pip
 # run below installs pip into it along with everything else, driven by $(PY)'s own pip (--python).
@@ -22,7 +22,7 @@ $(BIN)/python:
 # ~6,800 installed modules was half of pip's time; instead the modules
 # vlattn's commands import (about 800: torch's core and dynamo, numpy, vlattn) are compiled by importing them once
 # with bytecode writing on. That must happen: with PYTHONDONTWRITEBYTECODE set, as on the shared machine, modules
-# left uncompiled are compiled again by every process that imports them (benchmarks/RESULTS.md "Demo time").
+# left uncompiled are compiled again by every process that imports them (5-6 CPU s for `import vlattn.cli`).
 # `make test` / `make install` add the test extras on top (byte-compiled by pip).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(PY) -m pip --python $(BIN)/python install -q --no-compile pip torch==2.14.1 torchvision==0.29.1 -e '.[coco,viz]'
@@ -41,7 +41,13 @@ demo: $(STAMP)
 demo-vqa: $(STAMP)
 	$(BIN)/python -m vlattn.demo_vqa --data $(DEMO_DATA) --out $(DEMO_VQA_RUN)
 
-test: $(TEST_STAMP)
+# Lint first (ruff's rule set and the import-linter contracts of the layers are in pyproject.toml), then the tests,
+# whose closing line ends the output.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check --quiet .
+	$(BIN)/lint-imports --no-logo --no-cache
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

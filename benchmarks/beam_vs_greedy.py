@@ -9,7 +9,7 @@ mean caption length, the number of distinct captions and the share of the most f
 repeat across images).
 
 Each run's figures are cached in ``--cache`` (one JSON per run), so a driver can run one run per call
-(``/work/wt/heavy`` slots) and a last call with every run writes the section of benchmarks/RESULTS.md.
+(e.g. under a job queue) and a last call with every run writes the section of benchmarks/RESULTS.md.
 Usage: ``python benchmarks/beam_vs_greedy.py --runs RUN [RUN ...] --cache DIR [--beams 1 2 3 5]
 [--splits val test] [--data ROOT] [--heading TEXT] [--no-write]``.
 """
@@ -116,7 +116,7 @@ def table(results: dict[str, dict], split: str, beams: list[int]) -> str:
     lines = [header, "|" + "---|" * (len(METRICS) + 7)]
     for k in beams:
         rows = [r[split][str(k)] for r in results.values()]
-        cell = lambda key, digits: mean_sd([row[key] for row in rows], digits)  # noqa: E731
+        cell = lambda key, digits, rows=rows: mean_sd([row[key] for row in rows], digits)  # noqa: E731
         top = Counter(row["top_caption"] for row in rows).most_common(1)[0][0]
         share = mean_sd([row["top_share"] for row in rows], 2)
         lines.append(f"| {k} | " + " | ".join(cell(m, 3) for m in METRICS)

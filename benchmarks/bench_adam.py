@@ -2,7 +2,7 @@
 vs ``torch.optim.Adam`` with PyTorch's default implementation (a loop over the parameters on the CPU), same random
 gradients, one thread, interleaved rounds after an untimed first step, medians; the parameters of both are compared
 at the end.
-Writes "## Fused Adam (issue 17)".
+Writes "## Fused Adam".
 
     .venv/bin/python benchmarks/bench_adam.py [--repeats 5] [--no-write] [--quick]
 """
@@ -58,7 +58,7 @@ step per implementation per round after an untimed first one, {args.repeats} int
 
 Fused speed-up: **{paired_ratio(times['default'], times['fused']):.1f}x** (median of the per-round ratios). Largest
 parameter difference after {args.repeats + 1} steps: {difference:.1e}."""
-    publish("Fused Adam (issue 17)", body, args)
+    publish("Fused Adam", body, args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Beam search with and without the decoder's cache (issue 3, "Benchmarks"; Up-Down: issue 13).
+"""Beam search with and without the decoder's cache.
 
 Beam 5, 20 steps, batch 10, 50 regions x 2048-d, vocabulary 10201; one thread; cached and uncached runs
 interleaved; medians reported and written to benchmarks/RESULTS.md. ``--kind transformer`` (default; "## Beam

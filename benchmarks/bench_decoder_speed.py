@@ -1,4 +1,4 @@
-"""Decoder speed before/after (issue 17): the same runs on this tree's vlattn and on vlattn at git revision REV
+"""Decoder speed against a git revision: the same runs on this tree's vlattn and on vlattn at git revision REV
 (default ``main``), interleaved in one run.
 
 Each side is a worker process whose ``vlattn`` (and presets) come from its own tree (REV extracted with
@@ -12,7 +12,7 @@ M2 of vlattn/presets/m2.yaml, each side with its own tree's presets and defaults
   comparison is the model side's (benchmarks/bench_roofline.py times the CIDEr-D reward);
 - XE step: train mode, 20 tokens, cross-entropy (``xe_objective``), backward, Adam.
 
-Adam is each side's ``build_optimizer`` (the train stages' optimiser: fused since issue 17's last change).
+Adam is each side's ``build_optimizer`` (the train stages' optimiser).
 
 One torch thread per worker; every round runs each (run, model) on both sides in alternating order; medians and
 the median of the per-round before/after ratios. The beam searches' tokens and scores of both sides are compared,
@@ -231,7 +231,7 @@ token-count reward, mean baseline, backward, Adam; XE step: {LENGTH} tokens, bac
 {chr(10).join(rows)}
 
 Outputs before vs after (same seeded weights): {compared}."""
-    publish("Decoder speed before/after (issue 17)", body, args)
+    publish("Decoder speed against a git revision", body, args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""LW-Transformer speed (issue 12): group-wise layers against the plain ones at the paper's shapes, and the
+"""LW-Transformer speed: group-wise layers against the plain ones at the paper's shapes, and the
 whole 6+6-layer captioner (Transformer vs LW-Transformer 1x / 3x); written to benchmarks/RESULTS.md
 ("## LW-Transformer speed").
 

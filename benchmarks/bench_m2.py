@@ -1,4 +1,4 @@
-"""M2 vs the 3+3 Transformer: one XE training step, beam search and one SCST step (issue 5, "Benchmarks").
+"""M2 vs the 3+3 Transformer: one XE training step, beam search and one SCST step.
 
 Batch 10, 50 regions x 2048-d (10 of them padded), captions of 20 input tokens, vocabulary 10201. M2 is the
 model of vlattn/presets/m2.yaml; the Transformer is the same config with kind ``transformer``, plain encoder

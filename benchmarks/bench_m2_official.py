@@ -1,4 +1,4 @@
-"""M2 side by side with the released code on the same weights (issue 15): a random state dict in the released
+"""M2 side by side with the released code on the same weights: a random state dict in the released
 layout at the released size (vocabulary 10201, d=512, 8 heads, m=40, 3+3 layers, 2048-d regions, 55 position
 rows) is imported, and vlattn's teacher-forced log-probabilities and beam search (beam 5, 20 steps) are compared
 with the independent re-implementation of the released forward pass in ``tests/m2_released.py`` — with every
@@ -35,7 +35,7 @@ def until_eos(tokens: torch.Tensor, eos: int = 2) -> list[int]:
 
 def variants() -> dict[str, dict[str, str]]:
     """Option sets compared: all paper, all official, and all official but one."""
-    rows = {"all paper options (vlattn's M2 before issue 15)": dict(PAPER), "all official options": {}}
+    rows = {"all paper options": dict(PAPER), "all official options": {}}
     for key, value in PAPER.items():
         rows[f"official except {key}: {value}"] = {key: value}
     return rows

@@ -1,4 +1,4 @@
-"""Cost of NSA and GSA (issue 11): SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml,
+"""Cost of NSA and GSA: SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml,
 ng-san.yaml; vocabulary 9487) on one XE training step and on encoding a batch for decoding.
 
 Batch 10, 50 regions x 2048-d (10 of them padded), captions of 20 input tokens. XE step: forward +

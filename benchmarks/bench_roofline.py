@@ -1,4 +1,4 @@
-"""Roofline of decoding and training (issue 17): measured time over the time the run's FLOPs would take at this
+"""Roofline of decoding and training: measured time over the time the run's FLOPs would take at this
 machine's one-thread matrix-multiply rate at the model's own GEMM shapes.
 
 Runs, for the Transformer (vlattn/presets/transformer.yaml at 3+3 layers) and M2 (vlattn/presets/m2.yaml), batch 10 images
@@ -65,7 +65,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import math
 import re
 import shutil
 import statistics
@@ -84,14 +83,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, shape_wrapper
 
-from vlattn.config import load_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.decoding import PackedOutput, beam_search
 from vlattn.io import atomic_write_text
 from vlattn.layers.packed import ONEDNN_LINEAR, PACKED_ROWS
 from vlattn.metrics import CiderDocumentFrequency, CiderReward
-from vlattn.models import build_captioner
-from vlattn.models.profile import random_batch
+from vlattn.models.profile import FLOP_FORMULAS, SDPA_CPU_FLOPS, onednn_linear_flops, random_batch
 from vlattn.training.optim import build_optimizer
 from vlattn.training.scst import scst_objective
 from vlattn.training.xe import xe_objective
@@ -105,21 +102,9 @@ LINEAR = torch.ops.mkldnn._linear_pointwise if ONEDNN_LINEAR else None
 REORDER = torch.ops.mkldnn._reorder_linear_weight if ONEDNN_LINEAR else None
 
 
-def linear_flop(x_shape: torch.Size, w_shape: torch.Size, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    """FLOPs of oneDNN's linear, x (..., in) by a weight (out, in): addmm's count, 2 x rows x in x out."""
-    return flop_registry[aten.mm].__wrapped__((math.prod(x_shape[:-1]), x_shape[-1]), (w_shape[1], w_shape[0]))
-
-
-# FlopCounterMode knows the CUDA attention kernels but not the fused CPU one that eval-mode SDPA runs
-# (training with attention dropout takes the math path: bmm + softmax, counted as GEMMs); same formulas
-# (``__wrapped__``: the shape-level function, which FlopCounterMode wraps itself). Nor oneDNN's linear.
-CPU_SDPA = {
-    aten._scaled_dot_product_flash_attention_for_cpu:
-        flop_registry[aten._scaled_dot_product_flash_attention].__wrapped__,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        flop_registry[aten._scaled_dot_product_flash_attention_backward].__wrapped__,
-}
-EXTRA_FLOPS = {**CPU_SDPA, LINEAR: linear_flop} if ONEDNN_LINEAR else CPU_SDPA
+linear_flop = onednn_linear_flops  # FlopCounterMode lacks oneDNN's linear and the fused CPU attention kernel
+CPU_SDPA = SDPA_CPU_FLOPS
+EXTRA_FLOPS = FLOP_FORMULAS
 Run = Callable[[], Any]
 
 

@@ -66,14 +66,14 @@ def main() -> None:
         convert_t, index_t, access_t = [], [], []
         for round_ in range(args.repeats):
             out = tmp / f"memmap{round_}"
-            t, count = timed(lambda: convert_store(TSVStore(tsv, dim=DIM), out, "memmap"))
+            t, count = timed(lambda out=out: convert_store(TSVStore(tsv, dim=DIM), out, "memmap"))
             assert count == images
             convert_t.append(t)
             shutil.rmtree(tmp / "cache", ignore_errors=True)  # index from scratch each round
             store = TSVStore(tsv, dim=DIM)
             index_t.append(timed(store.ids)[0])
             ids = random.Random(round_).sample(store.ids(), min(200, images))
-            access_t.append(timed(lambda: [store.get(i) for i in ids])[0] / len(ids))
+            access_t.append(timed(lambda store=store, ids=ids: [store.get(i) for i in ids])[0] / len(ids))
         check = MemmapStore(tmp / "memmap0").get(9)
         reference = TSVStore(tsv, dim=DIM).get(9)
         error = float(np.abs(check.features - reference.features).max())

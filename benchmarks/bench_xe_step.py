@@ -1,5 +1,5 @@
 """One cross-entropy training step: our Transformer captioner vs. the same model built on
-``torch.nn.Transformer`` (issue 3, "Benchmarks"; target: ours no slower than 1.1x).
+``torch.nn.Transformer`` (target: ours no slower than 1.1x).
 
 Batch 10, 50 regions x 2048-d, captions of 20 input tokens, d=512, 8 heads, FFN 2048, 3+3 layers, dropout 0.1,
 vocabulary 10201; a step is forward + cross-entropy + backward + Adam update. One thread; runs interleaved;

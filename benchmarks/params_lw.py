@@ -1,4 +1,4 @@
-"""LW-Transformer Tables II-III (issue 12): backbone parameters and MAdds of every row, ours beside the paper's,
+"""LW-Transformer Tables II-III: backbone parameters and MAdds of every row, ours beside the paper's,
 written to benchmarks/RESULTS.md ("## LW-Transformer parameters and MAdds"); and the paper's VQA tables (II-VI as
 they apply) with every row built as the VQA model itself (MCAN of vlattn/presets/vqa-mcan.yaml with the row's
 attention and feed-forward), counted in a forward pass of one question ("## LW-Transformer on VQA: the paper's

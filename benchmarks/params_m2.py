@@ -1,5 +1,5 @@
 """Trainable parameters of M2 (vlattn/presets/m2.yaml, vocabulary 10201, 2048-d regions) by component, against the
-3+3 Transformer with the same config (issue 5, "Parameter count"); written to benchmarks/RESULTS.md
+3+3 Transformer with the same config; written to benchmarks/RESULTS.md
 ("## M2 parameters"). Components group parameter names with layer indices collapsed to ``*``.
 """
 

@@ -1,5 +1,5 @@
 """Trainable parameters of SAN, N-SAN, G-SAN and NG-SAN (vlattn/presets/san.yaml, n-san.yaml, g-san.yaml, ng-san.yaml)
-with the 9487-word COCO vocabulary and 2048-d regions, beside NG-SAN's Tables 1, 4 and 6 (issue 11); written
+with the 9487-word COCO vocabulary and 2048-d regions, beside NG-SAN's Tables 1, 4 and 6; written
 to benchmarks/RESULTS.md ("## NG-SAN parameters"). Models are built on the meta device (no weights allocated);
 the counts are those ``vlattn profile --vocab-size 9487`` prints.
 """

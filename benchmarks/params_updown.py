@@ -1,7 +1,7 @@
 """Trainable parameters of the Up-Down captioner (vlattn/presets/updown.yaml: LSTMs 1024, word embedding 1024, attention
 512, 2048-d regions) at the self-critical.pytorch COCO vocabulary (9,487 words, UNK included), beside the
 self-critical.pytorch UpDownModel with the same sizes and the authors' released Caffe net, both counted from their
-layer definitions (issue 13); written to benchmarks/RESULTS.md ("## Up-Down parameters").
+layer definitions; written to benchmarks/RESULTS.md ("## Up-Down parameters").
 
 The reference counts are arithmetic over the layer shapes of self-critical.pytorch's ``captioning/models/AttModel.py``
 (``AttModel.__init__``, ``UpDownCore``, ``Attention``) and of peteanderson80/Up-Down-Captioner's

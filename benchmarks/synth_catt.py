@@ -1,4 +1,4 @@
-"""The CATT bias benchmark (issue 14; CATT paper Table 2 and Table 6) on the confounded synthetic set: train each
+"""The CATT bias benchmark (CATT paper Table 2 and Table 6) on the confounded synthetic set: train each
 variant with several seeds on a split whose training data binds red to circles and stars to circles (p = 0.9, test
 independent) while half of all objects are drawn in shadow (colour not visible) and half the stars go undetected
 (`vlattn data synth ... --ambiguous 0.5 --missed 0.5`, docs/catt.md says why), score the test split with CIDEr-D
@@ -11,7 +11,7 @@ first, all their seeds, then the ablations.
 
 Runs are resumable: a (variant, seed) whose ``<run>.eval.json`` exists is skipped, an unfinished run resumes from its
 last checkpoint. ``--collect-only`` only writes the table from what exists. Every run is `vlattn --threads 1 ...`;
-``--wrap`` prefixes each training and evaluation command (e.g. ``/work/wt/heavy``, the machine's slot queue) and
+``--wrap`` prefixes each training and evaluation command (e.g. a job-queue wrapper) and
 ``--jobs`` runs that many at once.
 
 Extra columns (:func:`measures`), on the colour words said of a shape in a test image whose objects of that shape
@@ -87,6 +87,8 @@ def run_one(key: str, seed: int, args: argparse.Namespace) -> None:
     if (run / "checkpoints" / "last").exists():
         train.append("--resume")
     print(" ".join(train), flush=True)
+    if args.dry_run:
+        return
     subprocess.run([*args.wrap, *train], check=True, stdout=subprocess.DEVNULL)
     evaluation = subprocess.run([*args.wrap, *vlattn("eval", "--checkpoint", str(run), "--split", "test", "--json")],
                                 check=True, capture_output=True, text=True)
@@ -231,15 +233,18 @@ def main() -> None:
     parser.add_argument("--val-images", type=int, default=100, help="val images decoded per epoch (selection)")
     parser.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--wrap", type=shlex.split, default=[], help="a prefix of every training/eval command, "
-                        "e.g. /work/wt/heavy")
+                        "e.g. a job-queue wrapper")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each through --wrap)")
     parser.add_argument("--collect-only", action="store_true", help="write the table from the finished runs")
+    parser.add_argument("--dry-run", action="store_true", help="print the training commands in order, run nothing")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
     if not args.collect_only:
         with ThreadPoolExecutor(args.jobs) as pool:
             for done in [pool.submit(run_one, key, seed, args) for key, seed in schedule(args.variants, args.seeds)]:
                 done.result()
+    if args.dry_run:
+        return
     body = table(args)
     print(body)
     if not args.no_write:

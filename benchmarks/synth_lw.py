@@ -1,4 +1,4 @@
-"""Transformer vs LW-Transformer 1x / 3x on the synthetic data (issue 12), captioning or VQA (``--task``): the same
+"""Transformer vs LW-Transformer 1x / 3x on the synthetic data, captioning or VQA (``--task``): the same
 budget (data, epochs, batch, seed), test quality, parameters, FLOPs and measured training/inference speed side by
 side; written to benchmarks/RESULTS.md ("## LW-Transformer on synthetic data", "## LW-Transformer on synthetic VQA
 data").
@@ -333,14 +333,14 @@ where their FLOPs are lower ("LW-Transformer speed")."""
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(BENCHES), default="captioning")
-    parser.add_argument("--data", type=Path, default=Path("/tmp/lw/synth"), help="synthetic data root (made if absent)")
+    parser.add_argument("--data", type=Path, default=Path("data/lw"), help="synthetic data root (made if absent)")
     parser.add_argument("--runs", type=Path, default=None,
-                        help="run directories (default /tmp/lw/runs, VQA /tmp/lw/vqa-runs)")
+                        help="run directories (default runs/lw, VQA runs/lw-vqa)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="overrides all runs use")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved speed rounds")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
-    args.runs = args.runs or Path("/tmp/lw/runs" if args.task == "captioning" else "/tmp/lw/vqa-runs")
+    args.runs = args.runs or Path("runs/lw" if args.task == "captioning" else "runs/lw-vqa")
     torch.set_num_threads(1)
     if not (args.data / "dataset.json").is_file():
         shell([*VLATTN, "data", "synth", "--out", str(args.data)])

@@ -1,4 +1,4 @@
-"""M2 vs Transformer on the synthetic data set (issue 5): collect the test metrics of two finished runs and write
+"""M2 vs Transformer on the synthetic data set: collect the test metrics of two finished runs and write
 them to benchmarks/RESULTS.md ("## M2 vs Transformer on synthetic data") with the commands that produced them.
 
 Each run directory holds the ``vlattn eval --json`` output of its best checkpoint at ``RUN.eval.json``
@@ -32,8 +32,8 @@ def val_cider(run: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=Path("/tmp/runs"), help="holds transformer/, m2/ and *.eval.json")
-    parser.add_argument("--data", default="/tmp/synth_default", help="the synthetic data root the runs used")
+    parser.add_argument("--runs", type=Path, default=Path("runs/m2"), help="holds transformer/, m2/ and *.eval.json")
+    parser.add_argument("--data", default="data/synth", help="the synthetic data root the runs used")
     parser.add_argument("--eval-data", help="the data root given to `vlattn eval --data` (default: the training one)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="overrides both runs used")
     parser.add_argument("--note", default="", help="a remark on the runs, printed under the table")

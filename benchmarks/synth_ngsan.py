@@ -1,4 +1,4 @@
-"""SAN, N-SAN, G-SAN, NG-SAN (and SAN + the absolute geometry of Table 4) on the synthetic data (issue 11):
+"""SAN, N-SAN, G-SAN, NG-SAN (and SAN + the absolute geometry of Table 4) on the synthetic data:
 train each model with the same budget for several seeds, score the test split, measure how well each model
 states spatial relations, and write the table to benchmarks/RESULTS.md ("## NG-SAN on synthetic data").
 
@@ -31,7 +31,7 @@ from results import write_section
 
 from vlattn.data.captioning import collate_eval
 from vlattn.data.synth.claims import RelationProbe, relation_probes, relation_verdicts
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.data.vocab import Vocabulary
 from vlattn.tasks.captioning import build_model, load_caption_data
 from vlattn.training.checkpoint import load_checkpoint, load_weights
@@ -161,8 +161,8 @@ def mean_std(values: list[float], digits: int = 3) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/tmp/ngsan/synth"), help="a `vlattn data synth` output")
-    parser.add_argument("--runs", type=Path, default=Path("/tmp/ngsan/runs"), help="where the runs are kept")
+    parser.add_argument("--data", type=Path, default=Path("data/ngsan"), help="a `vlattn data synth` output")
+    parser.add_argument("--runs", type=Path, default=Path("runs/ngsan"), help="where the runs are kept")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra overrides for every run")

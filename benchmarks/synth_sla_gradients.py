@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 from vlattn.config import ModelConfig
 from vlattn.data.features import open_store
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import AnswerVocabulary, VQADataset, collate_vqa, load_annotations, load_questions
 from vlattn.models.twin_stream import TwinStreamVQA, build_twin_stream

@@ -1,4 +1,4 @@
-"""Up-Down vs Up-Down + SLA on the synthetic data set (issue 13): train both presets with the same budget over several
+"""Up-Down vs Up-Down + SLA on the synthetic data set: train both presets with the same budget over several
 seeds, one after the other, evaluate each best checkpoint on the test split, and write mean, spread and every seed
 to benchmarks/RESULTS.md ("## Up-Down vs Up-Down + SLA on synthetic data") with the commands.
 

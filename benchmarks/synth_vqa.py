@@ -2,11 +2,11 @@
 type; mean ± sample deviation over seeds) beside the majority training answer of each question type, with the
 commands that produced it. Two comparisons, each written to its own section of benchmarks/RESULTS.md:
 
-- ``--compare image`` (issue 10, "## VQA on synthetic data"): MCAN (vlattn/presets/vqa-demo.yaml) beside the same model
+- ``--compare image``: MCAN (vlattn/presets/vqa-demo.yaml) beside the same model
   trained and evaluated with the image zeroed (question only);
-- ``--compare catt`` (issue 14, "## MCAN vs MCAN+CATT on synthetic VQA"): MCAN beside MCAN+CATT at the same size
+- ``--compare catt``: MCAN beside MCAN+CATT at the same size
   and budget (vlattn/presets/vqa-catt-demo.yaml);
-- ``--compare sla`` (issue 13, "## Twin-stream SLA vs stacked attention on synthetic VQA"): the twin-stream SLA model
+- ``--compare sla``: the twin-stream SLA model
   (vlattn/presets/vqa-sla-demo.yaml) beside the same model with plain stacked attention units (vlattn/presets/vqa-stacked-demo.yaml),
   on the grid features of ``vlattn data synth --grid 6``.
 
@@ -138,8 +138,8 @@ def commands(model: Model, runs: Path, data: str, seeds: list[int] | None, overr
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", choices=sorted(COMPARISONS), default="image", help="which models (see above)")
-    parser.add_argument("--runs", type=Path, default=Path("/tmp/vqa_runs"), help="holds the runs and *.eval.json")
-    parser.add_argument("--data", default="/tmp/synth_default", help="the synthetic data root the runs used")
+    parser.add_argument("--runs", type=Path, default=Path("runs/vqa"), help="holds the runs and *.eval.json")
+    parser.add_argument("--data", default="data/synth", help="the synthetic data root the runs used")
     parser.add_argument("--seeds", type=int, nargs="*", default=None, help="runs <stem>-s<seed> (default: <stem>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="an override every model's runs used (repeatable)")

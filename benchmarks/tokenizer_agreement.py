@@ -1,10 +1,10 @@
-"""Agreement of the Python PTB tokenizer (vlattn.data.ptb) with the Java one pycocoevalcap runs.
+"""Agreement of the Python PTB tokenizer (vlattn.text.ptb) with the Java one pycocoevalcap runs.
 
 The reference is ``stanford-corenlp-3.4.1.jar``'s PTBTokenizer (``-preserveLines -lowerCase``), run once over
 all captions. Compared: (a) the tokenizer's output lines, every PTB token (punctuation included), and (b) the
 scored form (pycocoevalcap's split on " " and punctuation removal), per feature class of the corpus in
 tests/metrics/corpora.py, on seeded random strings, and on every BMP character alone and inside a word.
-``--baseline REF`` also scores vlattn/data/text.py of a git revision (the tokenizer before this rewrite).
+``--baseline REF`` also scores vlattn/text/__init__.py of a git revision (the tokenizer before this rewrite).
 Writes the section "## PTB tokenizer agreement" of benchmarks/RESULTS.md.
 
     .venv/bin/python benchmarks/tokenizer_agreement.py [--baseline 330248c] [--no-write]
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from metrics.corpora import random_strings, tokenizer_corpus  # noqa: E402
 
-from vlattn.data.text import finish_line, ptb_lines  # noqa: E402
+from vlattn.text import finish_line, ptb_lines  # noqa: E402
 from vlattn.metrics.tokenizer import PTBTokenizer  # noqa: E402
 
 HEADING = "PTB tokenizer agreement"
@@ -42,8 +42,8 @@ def java_lines(texts: Sequence[str]) -> list[str]:
 
 
 def baseline_lines(ref: str) -> Lines:
-    """Output lines of the ``tokenize`` of vlattn/data/text.py at git revision ``ref`` (scored form only)."""
-    source = subprocess.run(["git", "show", f"{ref}:vlattn/data/text.py"], cwd=ROOT, capture_output=True,
+    """Output lines of the ``tokenize`` of vlattn/text/__init__.py at git revision ``ref`` (scored form only)."""
+    source = subprocess.run(["git", "show", f"{ref}:vlattn/text/__init__.py"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(source)
@@ -114,7 +114,7 @@ def main() -> None:
                       f"medians): {cost['python']:.0f} us per caption, {cost['python'] / cost['before']:.1f}x the "
                       f"tokenizer before ({cost['before']:.0f} us); the Java backend adds a JVM start per call."]
     body = "\n".join([
-        "Python re-implementation of the PTB lexer (`vlattn/data/ptb.py`) against `stanford-corenlp-3.4.1.jar`"
+        "Python re-implementation of the PTB lexer (`vlattn/text/ptb.py`) against `stanford-corenlp-3.4.1.jar`"
         f" (Java {subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.split()[2]}), "
         "whole tokenizer output lines and the scored form (pycocoevalcap's split and punctuation removal):",
         "",

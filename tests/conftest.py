@@ -1,11 +1,12 @@
-"""Suite-wide settings: one torch thread (tiny models gain nothing from more, and several OpenMP threads
-on a busy 2-core machine spin against each other), the size of the `slow` checks (tests/slow.py:
-reduced by default, VLATTN_SLOW_SCALE=1 for full size, 0 to skip them), an in-process CLI runner and the
-benchmark scripts' import path."""
+"""Suite-wide settings: one torch thread by default (tiny models gain nothing from more, and several OpenMP threads
+on a busy 2-core machine spin against each other; VLATTN_TEST_THREADS=N runs the suite at N threads, which it must
+pass as well), the size of the `slow` checks (tests/slow.py: reduced by default, VLATTN_SLOW_SCALE=1 for full size, 0
+to skip them) and an in-process CLI runner."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 
 from tests.slow import SLOW_SCALE
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ.get("VLATTN_TEST_THREADS", "1")))
 
 
 def pytest_report_header() -> str:
@@ -72,8 +73,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def import_benchmark() -> Iterator[Callable[[str], ModuleType]]:
-    """Import a script of benchmarks/ by name (the scripts import each other by bare name, so benchmarks/ is on
-    ``sys.path`` for the test module's lifetime)."""
+    """Import a script of benchmarks/ by name (tests/test_bench_variance.py; the other benchmark scripts are tested
+    through their command lines). The scripts import each other by bare name, so benchmarks/ is on ``sys.path`` for
+    the test module's lifetime."""
     benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
     sys.path.insert(0, benchmarks)
     try:

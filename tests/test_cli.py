@@ -207,7 +207,7 @@ def test_config_list_and_show() -> None:
     """`vlattn config list` names every preset with its description; `vlattn config show NAME` prints the resolved
     config (base chain, overrides, defaults), which loads back to the same config."""
     from vlattn import shipped_presets as presets
-    from vlattn.config import config_from_dict, load_config
+    from vlattn.validation import load_valid_config, valid_config
 
     listed = runner.invoke(app, ["config", "list"])
     assert listed.exit_code == 0, listed.output
@@ -219,5 +219,5 @@ def test_config_list_and_show() -> None:
     data = yaml.safe_load(shown.output)
     assert data["model"]["kind"] == "m2" and data["model"]["d_model"] == 128 and data["train"]["epochs"] == 3
     assert "base" not in data and "description" not in data
-    assert config_to_dict(config_from_dict(data)) == config_to_dict(load_config("m2-demo", ["train.epochs=3"]))
+    assert config_to_dict(valid_config(data)) == config_to_dict(load_valid_config("m2-demo", ["train.epochs=3"]))
     assert "unknown config key model.dmodel" in user_error(["config", "show", "demo", "--set", "model.dmodel=3"])

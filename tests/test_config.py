@@ -9,15 +9,16 @@ import pytest
 import yaml
 
 from vlattn import shipped_presets as presets
-from vlattn.config import (Config, DataConfig, EvalConfig, ModelConfig, Spec, TrainConfig, config_from_dict, config_to_dict,
-                           load_config, merge_mappings, save_config)
+from vlattn.config import (Config, DataConfig, EvalConfig, ModelConfig, Spec, TrainConfig, config_to_dict,
+                           merge_mappings, save_config)
 from vlattn.errors import ConfigError
+from vlattn.validation import load_valid_config
 
 PRESETS = presets.names()
 
 
 def test_overrides_parse_yaml_values() -> None:
-    cfg = load_config(None, ["model.d_model=256", "train.schedule.options.warmup=20", "data.vocab_splits=[train, val]",
+    cfg = load_valid_config(None, ["model.d_model=256", "train.schedule.options.warmup=20", "data.vocab_splits=[train, val]",
                              "model.encoder_self_attention.name=memory", "model.encoder_self_attention.options={slots: 40}"])
     assert cfg.model.d_model == 256
     assert cfg.train.schedule.options["warmup"] == 20
@@ -32,47 +33,47 @@ def test_overrides_parse_yaml_values() -> None:
 )
 def test_unknown_keys_are_named(override: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
-        load_config(None, [override])
+        load_valid_config(None, [override])
 
 
 def test_wrong_types_are_named() -> None:
     with pytest.raises(ConfigError, match=r"model\.d_model"):
-        load_config(None, ["model.d_model=big"])
+        load_valid_config(None, ["model.d_model=big"])
     with pytest.raises(ConfigError, match=r"model\.tie_embeddings"):
-        load_config(None, ["model.tie_embeddings=3"])
+        load_valid_config(None, ["model.tie_embeddings=3"])
 
 
 def test_int_promotes_to_float_but_bool_is_not_int() -> None:
-    cfg = load_config(None, ["train.label_smoothing=0", "train.weight_decay=5e-6"])
+    cfg = load_valid_config(None, ["train.label_smoothing=0", "train.weight_decay=5e-6"])
     assert isinstance(cfg.train.label_smoothing, float)
     assert cfg.train.weight_decay == 5e-6
     with pytest.raises(ConfigError):
-        load_config(None, ["train.epochs=true"])
+        load_valid_config(None, ["train.epochs=true"])
     with pytest.raises(ConfigError, match=r"train.scst_schedule.options.lr: expected float, got 'fast'"):
-        load_config(None, ["train.scst_schedule.options.lr=fast"])
+        load_valid_config(None, ["train.scst_schedule.options.lr=fast"])
 
 
 def test_yaml_and_json_round_trip(tmp_path: Path) -> None:
-    cfg = load_config(None, ["model.num_heads=4", "eval.beam_size=3"])
+    cfg = load_valid_config(None, ["model.num_heads=4", "eval.beam_size=3"])
     for name in ("c.yaml", "c.json"):
         save_config(cfg, tmp_path / name)
-        again = load_config(tmp_path / name)
+        again = load_valid_config(tmp_path / name)
         assert config_to_dict(again) == config_to_dict(cfg)
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
-        load_config(tmp_path / "nope.yaml")
+        load_valid_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
-        load_config(bad)
+        load_valid_config(bad)
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_shipped_presets_load_by_name(name: str) -> None:
     """Every preset loads by its name, carries a one-line description, and survives a save/load round trip."""
-    cfg = load_config(name)
+    cfg = load_valid_config(name)
     assert isinstance(cfg, Config)
     description = presets.describe()[name]
     assert description and "\n" not in description and len(description) <= 120
@@ -93,13 +94,13 @@ def test_names_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     preset in the working directory does not shadow the preset."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m2").write_text("model: {d_model: 8}\n")
-    assert load_config("m2").model.d_model == 512
+    assert load_valid_config("m2").model.d_model == 512
     (tmp_path / "mine.yaml").write_text("base: m2\nmodel: {d_model: 256}\n")
-    assert load_config("mine.yaml").model.d_model == 256
+    assert load_valid_config("mine.yaml").model.d_model == 256
     with pytest.raises(ConfigError, match=r"^nosuch: no preset of that name \(presets: .*demo.*m2"):
-        load_config("nosuch")
+        load_valid_config("nosuch")
     with pytest.raises(ConfigError, match="mine: no preset"):
-        load_config("mine")
+        load_valid_config("mine")
 
 
 def test_base_chain_is_merged_key_by_key(tmp_path: Path) -> None:
@@ -111,8 +112,8 @@ def test_base_chain_is_merged_key_by_key(tmp_path: Path) -> None:
     child = tmp_path / "child.yaml"
     child.write_text("base: sub/parent.yaml\ndata: {vocab_splits: [val]}\n"
                      "model: {kind: m2, encoder_self_attention: {name: memory, options: {slots: 4}}}\n")
-    cfg = load_config(child)
-    demo = load_config("demo")
+    cfg = load_valid_config(child)
+    demo = load_valid_config("demo")
     assert cfg.model.d_model == demo.model.d_model == 128  # from demo, two levels up
     assert cfg.data.vocab_splits == ["val"]  # lists replace
     assert cfg.train.schedule.name == "noam" and cfg.train.schedule.options == {"scale": 0.5, "warmup": 10}
@@ -133,14 +134,14 @@ def test_base_chain_is_merged_key_by_key(tmp_path: Path) -> None:
 def test_base_errors_are_named(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(ConfigError, match=message):
-        load_config(tmp_path / "bad.yaml")
+        load_valid_config(tmp_path / "bad.yaml")
 
 
 def test_base_cycles_are_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("base: b.yaml\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match=r"a\.yaml: base chain .*a\.yaml -> .*b\.yaml -> .*a\.yaml is a cycle"):
-        load_config(tmp_path / "a.yaml")
+        load_valid_config(tmp_path / "a.yaml")
 
 
 @pytest.mark.parametrize(("build", "message"), [
@@ -163,7 +164,7 @@ def test_configs_built_by_hand_are_validated_as_yaml_is(build, message: str) -> 
 def test_hand_built_and_loaded_configs_agree() -> None:
     assert ModelConfig(dropout=0).dropout == 0.0 and isinstance(ModelConfig(dropout=0).dropout, float)
     with pytest.raises(ConfigError) as from_yaml:
-        load_config(None, ["model.dropout=2.0"])
+        load_valid_config(None, ["model.dropout=2.0"])
     assert str(from_yaml.value) == "config: config key model.dropout: must be < 1.0, got 2.0"
 
 
@@ -178,7 +179,7 @@ def test_hand_built_and_loaded_configs_agree() -> None:
 ])
 def test_keys_nothing_reads_are_refused_naming_them(preset: str, override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as refused:
-        load_config(preset, [override])
+        load_valid_config(preset, [override])
     assert "\n" not in str(refused.value)
 
 
@@ -186,13 +187,13 @@ def test_unread_keys_in_files_are_refused_unless_left_at_their_defaults(tmp_path
     """A user's file may be a full dump (`vlattn config show`, a run's config.yaml): its keys at their defaults are
     not checked; one set to another value that nothing reads is refused."""
     dump = tmp_path / "dump.yaml"
-    dump.write_text(yaml.safe_dump(config_to_dict(load_config("vqa-demo"))))  # every key, eval.beam_size included
-    assert config_to_dict(load_config(dump)) == config_to_dict(load_config("vqa-demo"))
+    dump.write_text(yaml.safe_dump(config_to_dict(load_valid_config("vqa-demo"))))  # every key, eval.beam_size included
+    assert config_to_dict(load_valid_config(dump)) == config_to_dict(load_valid_config("vqa-demo"))
     edited = tmp_path / "edited.yaml"
     edited.write_text("base: vqa-demo\neval: {beam_size: 4}\nmodel: {max_positions: 10}\n")
     with pytest.raises(ConfigError, match=r"edited\.yaml: config keys never read by model kind 'mcan' or task 'vqa' "
                                           r"\(stages: train\): model\.max_positions, eval\.beam_size \(remove them\)"):
-        load_config(edited)
+        load_valid_config(edited)
 
 
 def test_every_config_key_is_read_by_some_task_or_kind() -> None:

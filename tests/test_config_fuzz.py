@@ -1,5 +1,5 @@
 """Config fuzzing: random mutations of every preset, fed through the function the CLI loads configs with
-(:func:`vlattn.config.load_config`, as a file and as ``--set`` overrides), must give a config or a one-line
+(:func:`vlattn.validation.load_valid_config`, as a file and as ``--set`` overrides), must give a config or a one-line
 :class:`~vlattn.errors.VlattnError`: never another exception (a traceback at the command line) and never a case
 that runs past its time limit (a hang).
 
@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from vlattn import shipped_presets
-from vlattn.config import load_config
 from vlattn.errors import VlattnError
+from vlattn.validation import load_valid_config
 
 CASES = int(os.environ.get("VLATTN_CONFIG_FUZZ", "300"))
 SEED = 27
@@ -128,7 +128,7 @@ def run_case(path: Path, overrides: list[str]) -> str:
     """``ok``, ``error`` (a one-line VlattnError naming the file or override), ``traceback: ...`` or ``hang``."""
     try:
         with time_limit(TIME_LIMIT):
-            load_config(path, overrides)
+            load_valid_config(path, overrides)
         return "ok"
     except Hang:
         return "hang"

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from tests.test_bad_input import one_line
-from vlattn.config import MAX_LAYERS, load_config
+from vlattn.config import MAX_LAYERS
 from vlattn.errors import ConfigError
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.footprint import check_footprint, model_bytes
+from vlattn.validation import load_valid_config
 
 DEMO = "demo"  # the shipped preset
 
@@ -37,7 +38,7 @@ DEMO = "demo"  # the shipped preset
 ])
 def test_sizes_are_bounded_when_a_config_loads(override: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.").replace("(", r"\(")):
-        load_config(DEMO, [override])
+        load_valid_config(DEMO, [override])
 
 
 def test_weights_beyond_memory_are_refused_before_allocation() -> None:
@@ -46,13 +47,13 @@ def test_weights_beyond_memory_are_refused_before_allocation() -> None:
     sets = ["model.d_model=65536", "model.d_ff=65536", "model.encoder_layers=4", "model.decoder_layers=4"]
     with pytest.raises(ConfigError, match=r"preset demo: model\.d_model=65536: the model's weights need .* GiB, more "
                                           r"than the .* GiB of memory available \(largest tensor: .* \(65536, 65536\)\)"):
-        load_config(DEMO, sets)
+        load_valid_config(DEMO, sets)
 
 
 def test_footprint_is_the_exact_size_of_the_weights() -> None:
     """The meta-device count equals the bytes of the real model's parameters and buffers, and the check refuses
     one byte below it."""
-    cfg = load_config(DEMO)
+    cfg = load_valid_config(DEMO)
     meta = check_model_config(cfg.model, vocab_size=30)
     real = build_captioner(cfg.model, 30)
     expected = sum(t.numel() * t.element_size() for t in [*real.parameters(), *real.buffers()])
@@ -64,7 +65,7 @@ def test_footprint_is_the_exact_size_of_the_weights() -> None:
 
 def test_positions_table_is_not_allocated_while_validating() -> None:
     """max_positions x d_model = 2^16 x 2^12 floats (1 GiB) of sinusoidal table: only a shape on the meta device."""
-    cfg = load_config(DEMO, ["model.max_positions=65536", "model.d_model=4096", "model.num_heads=8"])
+    cfg = load_valid_config(DEMO, ["model.max_positions=65536", "model.d_model=4096", "model.num_heads=8"])
     buffers = dict(check_model_config(cfg.model).named_buffers())
     assert any(tuple(b.shape) == (65536, 4096) for b in buffers.values())
     assert all(b.device.type == "meta" for b in buffers.values())
@@ -240,9 +241,9 @@ def test_a_missing_base_names_the_file_asking_for_it(tmp_path: Path, base: str, 
     """Found by the config fuzzer: a mutated ``base`` was named without the file that holds it."""
     (tmp_path / "run.yaml").write_text(f"base: {base}\n")
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'run.yaml'}: " + message.format(dir=tmp_path))):
-        load_config(tmp_path / "run.yaml")
+        load_valid_config(tmp_path / "run.yaml")
 
 
 def test_lone_surrogate_in_a_config_string() -> None:
     with pytest.raises(ConfigError, match=r"config key data\.karpathy: holds a lone UTF-16 surrogate"):
-        load_config(DEMO, ['data.karpathy="a\\ud800.json"'])
+        load_valid_config(DEMO, ['data.karpathy="a\\ud800.json"'])

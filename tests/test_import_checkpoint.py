@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import vlattn.importers as importers
 from vlattn.cli import app
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.data.features import RegionFeatures
 from vlattn.data.features.hdf5 import write_m2_hdf5
 from vlattn.data.vocab import Vocabulary, read_word_list
@@ -190,7 +190,7 @@ def test_import_then_caption_gives_the_released_beam_search(tmp_path: Path) -> N
     checkpoint = load_checkpoint(run)
     assert checkpoint.config.eval.collapse_repeats is RELEASED_EVAL["collapse_repeats"]
     assert checkpoint.config.data.max_regions == RELEASED_MAX_REGIONS
-    assert load_config(run / "config.yaml") == checkpoint.config
+    assert load_valid_config(run / "config.yaml") == checkpoint.config
 
     generator = torch.Generator().manual_seed(0)
     images = {7: torch.randn(5, 12, generator=generator).numpy(), 9: torch.randn(3, 12, generator=generator).numpy()}

@@ -82,7 +82,7 @@ def test_failed_writes_remove_only_their_own_temporaries(tmp_path: Path, monkeyp
     """atomic_path and save_checkpoint delete their own temporary when the write fails; the old file/checkpoint
     and a user's files beside them stay."""
     import vlattn.training.checkpoint as checkpoint
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.io import atomic_path
     from vlattn.models import build_captioner
 
@@ -91,7 +91,7 @@ def test_failed_writes_remove_only_their_own_temporaries(tmp_path: Path, monkeyp
     with pytest.raises(RuntimeError), atomic_path(tmp_path / "out.json") as tmp:
         tmp.write_text("half")
         raise RuntimeError("interrupted")
-    cfg = load_config("demo")
+    cfg = load_valid_config("demo")
     model = build_captioner(cfg.model, 12)
 
     def broken(*args: object, **kwargs: object) -> None:

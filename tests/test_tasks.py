@@ -18,7 +18,8 @@ from torch.utils.data import Dataset
 from typer.testing import CliRunner
 
 from vlattn.cli import app
-from vlattn.config import Config, config_from_dict, config_to_dict
+from vlattn.config import Config, config_to_dict
+from vlattn.validation import valid_config
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features import open_store
 from vlattn.data.karpathy import load_karpathy
@@ -29,7 +30,7 @@ from vlattn.models import MODELS, ModelKind
 from vlattn.tasks import TASKS, EvalRequest, ProfileShapes, output_dir, stage_of, task_of
 from vlattn.tasks.captioning import CAPTIONING
 from vlattn.training.checkpoint import Checkpoint, load_weights
-from vlattn.training.prepare import PrepareResources
+from vlattn.data.resources import PrepareResources
 from vlattn.training.stage import Stage
 from tests.training.conftest import COLOURS, DIM, make_tiny_data, tiny_config
 
@@ -212,17 +213,17 @@ def test_stage_names_are_checked_against_the_task(colours: None) -> None:
 
 
 def test_config_task_and_model_kind_must_agree(colours: None, tmp_path: Path) -> None:
-    assert config_from_dict(colour_config(tmp_path)).task == "colours"
+    assert valid_config(colour_config(tmp_path)).task == "colours"
     with pytest.raises(ConfigError, match=r"^task: unknown task 'ocr'; valid names: captioning, colours, nlvr2, vqa$"):
-        config_from_dict({"task": "ocr"})
+        valid_config({"task": "ocr"})
     with pytest.raises(ConfigError, match=r"^model\.kind: 'transformer' is a captioning model, but the config's "
                                           r"task is 'colours' \(its kinds: colour-probe\)$"):
-        config_from_dict({**colour_config(tmp_path), "model": {"kind": "transformer"}})
+        valid_config({**colour_config(tmp_path), "model": {"kind": "transformer"}})
     with pytest.raises(ConfigError, match=r"^model\.kind: 'colour-probe' is a colours model, but the config's task "
                                           r"is 'captioning'"):
-        config_from_dict({"model": {"kind": "colour-probe"}})
+        valid_config({"model": {"kind": "colour-probe"}})
     with pytest.raises(ConfigError, match="model.feature_dim: the colour probe reads 16-d features"):
-        config_from_dict({**colour_config(tmp_path), "model": {"kind": "colour-probe", "feature_dim": 8}})
+        valid_config({**colour_config(tmp_path), "model": {"kind": "colour-probe", "feature_dim": 8}})
 
 
 def test_every_registered_stage_names_existing_config_keys() -> None:

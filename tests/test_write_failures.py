@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -29,9 +28,10 @@ import yaml
 from tests.slow import SLOW_SCALE
 from tests.test_bad_input import one_line
 from tests.training.conftest import make_tiny_data, tiny_config
-from vlattn.config import config_to_dict, load_config
+from vlattn.config import config_to_dict
 from vlattn.data.features import RegionFeatures, open_store, write_memmap
 from vlattn.training.checkpoint import load_checkpoint
+from vlattn.validation import load_valid_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPORARY = re.compile(r"^\..+\.\d+\.[0-9a-f]{16}\.(tmp|old)$")
@@ -141,7 +141,7 @@ def half_written(name: str, out: Path, workspace: Workspace) -> list[str]:
             for line in (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []:
                 json.loads(line)
             if (out / "config.yaml").exists():
-                load_config(out / "config.yaml")
+                load_valid_config(out / "config.yaml")
         elif name == "eval":
             for file in (out / "eval").glob("*.json") if (out / "eval").exists() else []:
                 json.loads(file.read_text())

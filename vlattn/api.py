@@ -1,8 +1,8 @@
 """The public Python API, exported from ``vlattn`` (``vlattn.presets()``, ``vlattn.load_config(...)``,
 ``vlattn.create_model(...)``, ``vlattn.load(...)``); the top layer beside the CLI.
 
-Every config goes through the same validation as a YAML file (:func:`vlattn.config.config_from_dict`): a bad value
-or unknown key is a one-line :class:`~vlattn.errors.ConfigError` naming the key.
+Every config goes through the same validation as a YAML file the CLI reads (:mod:`vlattn.validation`): a bad value,
+unknown key or a component its registry refuses is a one-line :class:`~vlattn.errors.ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 from torch import nn
 
-from vlattn.config import Config, apply_overrides, config_from_dict, config_to_dict, named_keys
-from vlattn.config import load_config as _load_file
+from vlattn.config import Config, apply_overrides, config_to_dict, named_keys
 from vlattn.errors import ConfigError
 from vlattn.shipped_presets import describe
 from vlattn.tasks import Answerer, Captioner, load_predictor, task_of
+from vlattn.validation import load_valid_config, valid_config
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
 
@@ -43,7 +43,7 @@ def _items(overrides: Overrides) -> list[str]:
 def load_config(name_or_path: str | Path | None = None, overrides: Overrides = None) -> Config:
     """The validated config of a preset name (``"m2"``, see :func:`presets`) or a YAML/JSON file, with
     ``overrides``: ``["train.epochs=3", ...]`` as ``--set`` takes them, or ``{"train.epochs": 3, ...}``."""
-    return _load_file(name_or_path, _items(overrides))
+    return load_valid_config(name_or_path, _items(overrides))
 
 
 def create_model(
@@ -57,7 +57,7 @@ def create_model(
     items = [*_items(overrides), *_items({f"model.{key}": value for key, value in model_keys.items()})]
     if isinstance(preset_or_config, Config):
         # a Config object: validated again as a whole, with its components, as a loaded config is
-        cfg = config_from_dict(apply_overrides(config_to_dict(preset_or_config), items), named_keys(None, items))
+        cfg = valid_config(apply_overrides(config_to_dict(preset_or_config), items), named_keys(None, items))
     else:
         cfg = load_config(preset_or_config, items)
     return task_of(cfg.task).create_model(cfg, vocab_size=vocab_size, num_answers=num_answers)

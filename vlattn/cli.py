@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from vlattn.catt.cli import app as catt_app
+from vlattn.commands.catt import app as catt_app
 from vlattn.data.cli import StoreFormat, app as data_app
 from vlattn.errors import ConfigError, TrainingInterrupted, VlattnError, WriteError
 from vlattn.io import is_write_error
@@ -84,11 +84,11 @@ def train(
 
     Ctrl-C (SIGINT) or SIGTERM saves OUT/checkpoints/last at the next step and exits with status 130/143;
     --resume continues from there."""
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.tasks import stage_for_run
     from vlattn.training.stage import run_stage
 
-    cfg = load_config(config, overrides or []) if config is not None else None
+    cfg = load_valid_config(config, overrides or []) if config is not None else None
     task, chosen = stage_for_run(cfg, out, stage, resume=resume)
     metrics = run_stage(chosen, cfg, out, overrides=overrides or [], resume=resume, device=device, init=init)
     typer.echo(json.dumps({"task": task, "stage": chosen.name, "run_dir": str(out), "last_val": metrics}))
@@ -252,11 +252,11 @@ def profile(
     step; VQA: answering a batch), backbone multiply-adds per sample (the LW-Transformer paper's MAdds), latency."""
     import dataclasses
 
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.models.profile import format_profile
     from vlattn.tasks import task_of
 
-    cfg = load_config(config, overrides or [])
+    cfg = load_valid_config(config, overrides or [])
     task = task_of(cfg.task)
     given = dict(batch=batch, regions=regions, length=length, vocab_size=vocab_size, repeats=repeats, answers=answers)
     shapes = dataclasses.replace(task.profile_shapes, **{k: v for k, v in given.items() if v is not None})
@@ -308,10 +308,10 @@ def import_checkpoint(
         "evaluation settings); the model section comes from the checkpoint."),
 ) -> None:
     """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, answer, SCST)."""
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.importers import import_checkpoint as run_import
 
-    base = load_config(config) if config is not None else None
+    base = load_valid_config(config) if config is not None else None
     typer.echo(json.dumps(run_import(fmt, source, vocab, out, heads=heads, base=base, answers=answers)))
 
 
@@ -335,9 +335,10 @@ def config_show(
     """The fully resolved config (base chain, overrides and defaults filled in), validated, as YAML."""
     import yaml
 
-    from vlattn.config import config_to_dict, load_config
+    from vlattn.config import config_to_dict
+    from vlattn.validation import load_valid_config
 
-    data = config_to_dict(load_config(config, overrides or []))
+    data = config_to_dict(load_valid_config(config, overrides or []))
     typer.echo(json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False).rstrip())
 
 

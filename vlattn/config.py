@@ -2,7 +2,10 @@
 
 Modules never receive a whole config: builders read the fields they need and pass explicit
 arguments. ``load_config(name_or_path, overrides)`` reads a shipped preset (:mod:`vlattn.presets`) or a YAML/JSON
-file, resolves its ``base`` chain and applies ``--set section.key=value`` overrides.
+file, resolves its ``base`` chain and applies ``--set section.key=value`` overrides. This module checks what a config
+says by itself (keys, types, choices, ranges); the components it names (task, model kind, mechanisms and their
+placement, schedules) are checked against their registries by :mod:`vlattn.validation` (``load_valid_config``), a
+layer above the registries.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import yaml
 
 from vlattn import shipped_presets as presets
 from vlattn.errors import ConfigError
+from vlattn.io import atomic_write_text
 
 T = TypeVar("T")
 
@@ -333,17 +337,18 @@ def validate_fields(obj: Any, where: str) -> None:
         obj.check(where)
 
 
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def _over_default(section: dataclasses.Field, value: Any) -> Any:
     """A partial mapping for a nested section completed from the section's default: ``schedule: {options:
     {warmup: 400}}`` keeps the default schedule's name. A :class:`Spec` naming another component than its
     default takes nothing from it (the default's options belong to the default component)."""
     if not isinstance(value, dict):
         return value
-    if section.default_factory is not dataclasses.MISSING:
-        default = section.default_factory()
-    elif section.default is not dataclasses.MISSING:
-        default = section.default
-    else:
+    default = _default(section)
+    if default is dataclasses.MISSING:
         return value
     if isinstance(default, Spec) and value.get("name", default.name) != default.name:
         return value
@@ -429,16 +434,11 @@ def value_at(cfg: Any, key: str) -> Any:
     return node
 
 
-def config_from_dict(data: dict[str, Any], named: Iterable[str] = ()) -> Config:
-    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys and validating every
-    named component (model kind, attention mechanisms and their placement, feed-forward, schedules) and the keys
-    set: a key that differs from its default, or is ``named`` (``section.key``: given explicitly, by an override or
-    a preset), must be read by the model kind, the task or one of its stages."""
-    cfg = _build(Config, data, "")
-    from vlattn.validation import check_components  # the registries import this module
-
-    check_components(cfg, named)
-    return cfg
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Build a :class:`Config` from nested dicts (YAML or JSON), rejecting unknown keys, wrong types, choices and
+    values out of range (each a one-line ``ConfigError`` naming the key). The named components, and the keys set
+    that nothing reads, are checked by :func:`vlattn.tasks.check_components`."""
+    return _build(Config, data, "")
 
 
 def named_keys(data: dict[str, Any] | None = None, overrides: Iterable[str] = ()) -> set[str]:
@@ -446,6 +446,20 @@ def named_keys(data: dict[str, Any] | None = None, overrides: Iterable[str] = ()
     keys = {".".join(override_key(item).split(".")[:2]) for item in overrides}
     for name, value in (data or {}).items():
         keys |= {f"{name}.{key}" for key in value} if isinstance(value, dict) else {name}
+    return keys
+
+
+SECTIONS = ("model", "data", "train", "eval")
+
+
+
+
+def set_keys(cfg: Config) -> list[str]:
+    """The dotted keys of ``cfg``'s sections whose values differ from the defaults, in section order."""
+    keys = []
+    for section in SECTIONS:
+        values = getattr(cfg, section)
+        keys += [f"{section}.{f.name}" for f in dataclasses.fields(values) if getattr(values, f.name) != _default(f)]
     return keys
 
 
@@ -592,29 +606,36 @@ def merge_mappings(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any
 
 def resolve_config_dict(ref: str | Path | None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The raw mapping of preset name or config file ``ref`` (None: all defaults) with its ``base`` chain merged
-    in and ``overrides`` applied, before validation."""
+    in and ``overrides`` applied, before it is built."""
     data = _read_mapping(ref, None, ())[1] if ref is not None else {}
     return apply_overrides(data, overrides or [])
 
 
-def load_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """The validated config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
-    directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
+def config_origin(ref: str | Path | None) -> str:
+    """How an error names where a config came from: ``preset NAME``, the file, or ``config`` (the defaults)."""
+    return f"preset {ref}" if ref is not None and presets.is_name(ref) else str(ref or "config")
+
+
+def load_named_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> tuple[Config, set[str]]:
+    """:func:`load_config`, and the ``section.key`` keys given explicitly: by the overrides and a shipped preset's
+    files. A user's file may be a full dump (``vlattn config show``, a run's config.yaml), so its keys count as
+    given only where they differ from the defaults (:func:`set_keys`)."""
     data = resolve_config_dict(ref, overrides)
-    # a shipped preset and the overrides name their keys; a user's file may be a full dump (`vlattn config show`,
-    # a run's config.yaml), whose keys left at their defaults are not checked
     shipped = ref is not None and presets.is_name(ref)
     try:
-        return config_from_dict(data, named_keys(data if shipped else None, overrides or []))
+        return config_from_dict(data), named_keys(data if shipped else None, overrides or [])
     except ConfigError as err:
-        where = f"preset {ref}" if ref is not None and presets.is_name(ref) else (ref or "config")
-        raise ConfigError(f"{where}: {err}") from None
+        raise ConfigError(f"{config_origin(ref)}: {err}") from None
+
+
+def load_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config of a preset name (``m2``) or a YAML/JSON file (``path/to/run.yaml``; a name has no
+    directory part and no suffix), its ``base`` chain resolved, ``overrides`` (``section.key=value``) applied."""
+    return load_named_config(ref, overrides)[0]
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
     """Write the config as JSON (``config.json`` of a checkpoint) or YAML, by suffix; atomically."""
-    from vlattn.io import atomic_write_text
-
     data = config_to_dict(cfg)
     text = json.dumps(data, indent=2) if str(path).endswith(".json") else yaml.safe_dump(data, sort_keys=False)
     atomic_write_text(path, text)

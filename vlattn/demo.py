@@ -7,9 +7,10 @@ test images) to OUT/report/index.html. Re-running continues (or just re-evaluate
 existing report.
 Torch runs on one thread by default (``--threads``; 0 = torch's default, all cores): the demo's d=128 model gains
 little from a second one (on this 2-core machine, idle: XE 158 s instead of 179 s at twice the CPU time, SCST
-137 s instead of 129 s; benchmarks/RESULTS.md "Demo time"). The figures are deterministic for a seed, a thread
-count and a CPU kernel path (``ATEN_CPU_CAPABILITY``); benchmarks/bench_variance.py measures how they spread over
-seeds and kernels. ``--set KEY=VALUE`` overrides the preset (e.g. ``--set train.seed=7``).
+137 s instead of 129 s). The figures are deterministic for a seed, a thread count and a CPU kernel path
+(``ATEN_CPU_CAPABILITY``); benchmarks/bench_variance.py measures how they spread over seeds and kernels, and
+benchmarks/RESULTS.md "Demo time" has the stages' times. ``--set KEY=VALUE`` overrides the preset (e.g.
+``--set train.seed=7``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.data.karpathy import load_karpathy
 from vlattn.errors import VlattnError
 from vlattn.metrics import best_constant_caption
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] generating the synthetic data set in {args.data}", flush=True)
             with clock.stage("synthetic data"):
                 generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
-        cfg = load_config(args.config, [f"data.root={args.data}", *args.overrides])
+        cfg = load_valid_config(args.config, [f"data.root={args.data}", *args.overrides])
         runs = [("XE", args.out, "xe", None)]
         if args.scst:
             runs.append(("SCST", args.out.with_name(args.out.name + "-scst"), "scst", args.out))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.errors import VlattnError
 from vlattn.tasks import EvalRequest, evaluate, train
 from vlattn.tasks.vqa import format_accuracy, majority_baseline, read_split
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"[demo-vqa] generating the synthetic data set in {args.data}", flush=True)
             generate(args.data, log=lambda line: print(f"[synth] {line}", flush=True))
-        cfg = load_config(args.config, [f"data.root={args.data}", *args.overrides])
+        cfg = load_valid_config(args.config, [f"data.root={args.data}", *args.overrides])
         resume = (args.out / "checkpoints" / "last").exists()
         print(f"[demo-vqa] {'continuing' if resume else 'training'} {cfg.model.kind} in {args.out}", flush=True)
         train(cfg, args.out, resume=resume, device="auto")

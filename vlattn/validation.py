@@ -1,53 +1,37 @@
-"""Load-time validation of the named components of a config (the task, the model kind and the task it serves,
-what the task reads — for captioning: the model options, each attention site's mechanism, options and
-placement, feed-forward — and the schedule of every stage of the task), and of the keys it sets: a key set to
-another value than its default, or given explicitly (by an override or a shipped preset), that neither the model
-kind, nor the task, nor any stage of the task reads is refused. Every problem is a one-line ``ConfigError`` naming the key(s). Called by
-:func:`vlattn.config.config_from_dict`."""
+"""Configs checked against the registries: what the command line, the demos, the Python API and the importers read.
+
+:mod:`vlattn.config` checks what a config says by itself (keys, types, choices, ranges); a config read here is also
+checked for the components it names and the keys it sets (:func:`vlattn.tasks.check_components`: the task, the model
+kind and the task it serves, every attention site's mechanism, options and placement, feed-forward, the schedule of
+each stage, and no key set that neither the model kind, the task nor a stage reads), every problem a one-line
+``ConfigError`` naming the key.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from vlattn.config import Config, value_at
+from vlattn.config import Config, config_from_dict, config_origin, load_named_config
 from vlattn.errors import ConfigError
-from vlattn.models import model_kind
-from vlattn.tasks import task_of
-from vlattn.training.schedules import check_schedule
-
-SECTIONS = ("model", "data", "train", "eval")
+from vlattn.tasks import check_components
 
 
-def check_components(cfg: Config, named: Iterable[str] = ()) -> None:
-    """Raise a ``ConfigError`` for the first invalid component of ``cfg``, or for the keys it sets (differing from
-    their defaults, or ``named``: given explicitly) that nothing reads."""
-    task = task_of(cfg.task)
-    kind = model_kind(cfg.model.kind, cfg.task)
-    read = {"task"} | {f"model.{key}" for key in kind.reads} | task.reads
-    for stage in task.stages.values():
-        read |= stage.reads()
-    unread = [key for key in dict.fromkeys([*set_keys(cfg), *sorted(named)]) if key not in read]
-    if unread:
-        model_keys = [key for key in unread if key.startswith("model.")]
-        other = [key for key in unread if not key.startswith("model.")]
-        readers = ([f"model kind {cfg.model.kind!r}"] if model_keys else []) + \
-                  ([f"task {cfg.task!r} (stages: {', '.join(task.stages)})"] if other else [])
-        raise ConfigError(f"config keys never read by {' or '.join(readers)}: {', '.join(unread)} (remove them)")
-    task.check(cfg)
-    for stage in task.stages.values():
-        check_schedule(value_at(cfg, stage.schedule), stage.schedule)
+def valid_config(data: dict[str, Any], named: Iterable[str] = ()) -> Config:
+    """:func:`vlattn.config.config_from_dict` with the components checked; ``named``: keys given explicitly
+    (``section.key``), refused too when nothing reads them even at their default values."""
+    cfg = config_from_dict(data)
+    check_components(cfg, named)
+    return cfg
 
 
-def _default(field: dataclasses.Field) -> Any:
-    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-
-
-def set_keys(cfg: Config) -> list[str]:
-    """The dotted keys of ``cfg``'s sections whose values differ from the defaults, in section order."""
-    keys = []
-    for section in SECTIONS:
-        values = getattr(cfg, section)
-        keys += [f"{section}.{f.name}" for f in dataclasses.fields(values) if getattr(values, f.name) != _default(f)]
-    return keys
+def load_valid_config(ref: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """:func:`vlattn.config.load_config` (a preset name or a file; None: the defaults, with ``overrides``) with the
+    components checked; an error names the preset or file."""
+    cfg, named = load_named_config(ref, overrides)
+    try:
+        check_components(cfg, named)
+    except ConfigError as err:
+        raise ConfigError(f"{config_origin(ref)}: {err}") from None
+    return cfg

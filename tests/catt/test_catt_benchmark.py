@@ -1,29 +1,24 @@
-"""The bias benchmark's driver (benchmarks/synth_catt.py): every variant's preset and overrides build the model the
-row names, and the reproduce commands name each variant with exactly the seeds it was evaluated with."""
+"""The bias benchmark's driver (benchmarks/synth_catt.py) through its command line: the training commands of every
+variant (``--dry-run``) build the model its row names, main variants first; the table collected from finished runs
+(``--collect-only``) holds the bias columns computed by hand, the paired differences and the commands that
+reproduce it."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from vlattn.attention import AdditiveAttention, AdditiveCausalAttention
-from vlattn.config import load_config
 from vlattn.models import build_captioner
+from vlattn.validation import load_valid_config
 
-
-@pytest.fixture(scope="module")
-def driver(import_benchmark):
-    return import_benchmark("synth_catt")
-
-
-def built(driver, key: str):
-    _, config, overrides = driver.VARIANTS[key]
-    cfg = load_config(config, overrides)
-    return cfg, build_captioner(cfg.model, 30)
-
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = [sys.executable, "benchmarks/synth_catt.py"]
 
 # variant -> (model kind, image entries, word entries, share, dictionary init); None: no such dictionary
 EXPECTED = {
@@ -37,13 +32,46 @@ EXPECTED = {
 }
 
 
+def driver(*args: str) -> str:
+    return subprocess.run([*DRIVER, *args], cwd=ROOT, check=True, capture_output=True, text=True, timeout=300).stdout
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory) -> dict[str, tuple[str, list[str]]]:
+    """Run name (``<variant>-s<seed>``) -> (config, ``--set`` items) of each training command, in the printed order."""
+    runs = tmp_path_factory.mktemp("runs")
+    out = driver("--data", "d", "--runs", str(runs), "--seeds", "1", "2", "--variants", "d100", *EXPECTED.keys() - {"d100"},
+                 "updown", "updown_catt", "--dry-run")
+    found = {}
+    for line in out.splitlines():
+        words = shlex.split(line)
+        run = Path(words[words.index("--out") + 1]).name
+        found[run] = (words[words.index("--config") + 1], [words[i + 1] for i, w in enumerate(words) if w == "--set"])
+    return found
+
+
+def built(commands, run: str):
+    config, sets = commands[run]
+    cfg = load_valid_config(config, sets)
+    return cfg, build_captioner(cfg.model, 30)
+
+
+def test_main_variants_run_first_seed_by_seed(commands) -> None:
+    order = list(commands)
+    main = [run for run in order if run.rsplit("-s", 1)[0] in ("base", "catt", "updown", "updown_catt")]
+    assert order[:len(main)] == main and len(main) == 8
+    assert [run.rsplit("-s", 1)[1] for run in main] == ["1"] * 4 + ["2"] * 4
+    assert len(order) == 2 * (len(EXPECTED) + 2)
+
+
 @pytest.mark.parametrize("key", sorted(EXPECTED))
-def test_transformer_variants_build_what_their_rows_name(driver, key: str) -> None:
+def test_transformer_variants_build_what_their_rows_name(commands, key: str) -> None:
     kind, image, word, share, init = EXPECTED[key]
-    cfg, model = built(driver, key)
+    cfg, model = built(commands, f"{key}-s1")
     assert cfg.model.kind == kind and (cfg.model.d_model, cfg.model.encoder_layers) == (128, 2)
+    assert (cfg.train.seed, cfg.train.epochs) == (1, 6)
     # like for like: the dropout of the baseline Transformer, none on the attention weights
-    assert (cfg.model.dropout, cfg.model.attention_dropout) == (built(driver, "base")[0].model.dropout, None)
+    assert (cfg.model.dropout, cfg.model.attention_dropout) == (built(commands, "base-s1")[0].model.dropout, None)
     if image is None:
         assert not any(name.endswith("dictionary.entries") for name, _ in model.named_parameters())
         return
@@ -53,59 +81,53 @@ def test_transformer_variants_build_what_their_rows_name(driver, key: str) -> No
     assert {cfg.model.options[d]["init"] for d in ("image_dictionary", "word_dictionary")} == {init}
 
 
-def test_updown_variants_differ_only_at_the_top_down_site(driver) -> None:
-    base_cfg, base = built(driver, "updown")
-    catt_cfg, catt = built(driver, "updown_catt")
+def test_updown_variants_differ_only_at_the_top_down_site(commands) -> None:
+    base_cfg, base = built(commands, "updown-s2")
+    catt_cfg, catt = built(commands, "updown_catt-s2")
     assert type(base.attention) is AdditiveAttention and isinstance(catt.attention, AdditiveCausalAttention)
     assert catt.attention.dictionary.entries.shape == (100, 512) and catt.attention.cross_sample is not None
     assert (base_cfg.train, base_cfg.data) == (catt_cfg.train, catt_cfg.data)
 
 
-def test_commands_group_the_variants_by_their_seeds(driver) -> None:
-    args = argparse.Namespace(data=Path("d"), runs=Path("r"), epochs=6, set=["eval.beam_size=3"])
-    commands = driver.driver_commands({"base": [1, 2, 3], "catt": [1, 2, 3], "d100": [1], "wo_init": [1]}, args)
-    assert commands == [
-        "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 2 3 --variants base catt --set eval.beam_size=3",
-        "benchmarks/synth_catt.py --data d --runs r --epochs 6 --seeds 1 --variants d100 wo_init --set eval.beam_size=3",
-    ]
+def obj(shape: str, colour: str, ambiguous: bool = False) -> dict:
+    return {"shape": shape, "colour": colour, **({"ambiguous": True} if ambiguous else {})}
 
 
-def test_bias_columns_by_hand(driver, tmp_path: Path) -> None:
+def test_collected_table_by_hand(tmp_path: Path) -> None:
     """Image 1: an ambiguous red circle and a clear white star; 2: an ambiguous blue circle and an ambiguous green
     square; 3: a clear green circle (no star); 4: a clear black square. The captions say red of both ambiguous
     circles (right, wrong), red of the ambiguous square (wrong), the clear objects' colours right, and a star in
-    image 3 (a circle without a star) but not in 2 (the same) or 4 (neither)."""
-    run = tmp_path / "run"
-    (run / "eval").mkdir(parents=True)
+    image 3 (a circle without a star) but not in 2 (the same) or 4 (neither). Four runs with those captions differ
+    in CIDEr only: base 0.5 / 0.4, catt 0.4 / 0.7 at seeds 1 / 2."""
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    data.mkdir()
+    scenes = [{"image_id": 1, "objects": [obj("circle", "red", True), obj("star", "white")]},
+              {"image_id": 2, "objects": [obj("circle", "blue", True), obj("square", "green", True)]},
+              {"image_id": 3, "objects": [obj("circle", "green")]}, {"image_id": 4, "objects": [obj("square", "black")]}]
+    (data / "scenes.json").write_text(json.dumps({"info": {"images": 4, "seed": 7}, "images": scenes}))
+    (data / "dataset.json").write_text(json.dumps({"images": [{"split": s} for s in ("train", "val", "test", "test")]}))
+    (data / "confound.json").write_text(json.dumps({"pairs": [{"attribute": "red", "shape": "circle"}], "p": 0.9}))
     captions = ["a large red circle and a big white star", "a red circle and a red square",
                 "one green circle and one star", "a black square"]
-    (run / "eval" / "test_predictions.json").write_text(json.dumps(
-        [{"image_id": k, "caption": c} for k, c in enumerate(captions, start=1)]))
-
-    def obj(shape: str, colour: str, ambiguous: bool = False) -> dict:
-        return {"shape": shape, "colour": colour, **({"ambiguous": True} if ambiguous else {})}
-
-    scenes = {1: {"objects": [obj("circle", "red", True), obj("star", "white")]},
-              2: {"objects": [obj("circle", "blue", True), obj("square", "green", True)]},
-              3: {"objects": [obj("circle", "green")]}, 4: {"objects": [obj("square", "black")]}}
-    report = {"scores": {"CIDEr": 0.5, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}
-    values = driver.measures(run, report, scenes)
-    assert values == {**report["scores"], "A@Attr amb. circle": 0.5, "A@Attr amb. other": 0.0, "A@Attr clear": 1.0,
-                      "red: amb. circle": 1.0, "red: amb. other": 1.0, "star: circle": 0.5, "star: no circle": 0.0,
-                      "amb. circle words": 2}
-    assert driver.fmt([3, 5, float("nan")], 1) == "4.0 ± 1.4 (2 seeds)"
-
-
-def test_main_variants_run_first(driver) -> None:
-    assert driver.schedule(["d100", "base", "catt"], [1, 2]) == [("base", 1), ("catt", 1), ("base", 2), ("catt", 2),
-                                                                  ("d100", 1), ("d100", 2)]
-
-
-def test_paired_differences_take_the_seeds_both_have(driver) -> None:
-    """catt − base over seeds 1 and 2 (seed 3 only in base): CIDEr differences -0.1 and +0.3."""
-    def values(cider: float) -> dict[str, float]:
-        return {c: 0.5 for c in driver.COLUMNS} | {"CIDEr": cider}
-
-    results = {"base": {1: values(0.5), 2: values(0.4), 3: values(0.9)}, "catt": {1: values(0.4), 2: values(0.7)}}
-    (row,) = driver.paired(results)
-    assert row.startswith("| Transformer+CATT (D#500) − Transformer | 2 | 0.100 ± 0.283 | 0.000 ± 0.000 |")
+    for run, cider in {"base-s1": 0.5, "base-s2": 0.4, "catt-s1": 0.4, "catt-s2": 0.7}.items():
+        (runs / run / "eval").mkdir(parents=True)
+        (runs / run / "eval" / "test_predictions.json").write_text(json.dumps(
+            [{"image_id": k, "caption": c} for k, c in enumerate(captions, start=1)]))
+        (runs / f"{run}.eval.json").write_text(json.dumps(
+            {"scores": {"CIDEr": cider, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}))
+    out = driver("--data", str(data), "--runs", str(runs), "--seeds", "1", "2", "3", "--variants", "base", "catt",
+                 "--collect-only", "--no-write")
+    lines = out.splitlines()
+    header = [cell.strip() for cell in next(line for line in lines if line.startswith("| model | seed |")).strip("|").split("|")]
+    row = dict(zip(header, (cell.strip() for cell in next(line for line in lines if line.startswith("| Transformer | 1 |"))
+                            .strip("|").split("|"))))
+    assert row == {"model": "Transformer", "seed": "1", "CIDEr ↑": "0.500", "CHAIR_s ↓": "0.100", "CHAIR_i ↓": "0.200",
+                   "A@Attr ↑": "0.750", "A@Attr amb. circle ↑": "0.500", "A@Attr amb. other ↑": "0.000",
+                   "A@Attr clear ↑": "1.000", "red: amb. circle ↓": "1.000", "red: amb. other": "1.000",
+                   "star: circle ↓": "0.500", "star: no circle ↓": "0.000", "amb. circle words": "2"}
+    assert any(line.startswith("| Transformer | 2 | 0.450 ± 0.071 | 0.100 ± 0.000 |") for line in lines)  # seeds 1-2 of 3
+    assert any(line.startswith("| Transformer+CATT (D#500) − Transformer | 2 | 0.100 ± 0.283 | 0.000 ± 0.000 |")
+               for line in lines)
+    assert f".venv/bin/vlattn --threads 1 data synth --out {data} --images 4 --seed 7 --val 1 --test 2 --confound " \
+           "red:circle --confound-p 0.9" in lines
+    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 2 --variants base catt" in lines

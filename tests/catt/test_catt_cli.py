@@ -3,7 +3,6 @@ existing file, loaded by a training run through `init: file`; one-line errors.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

@@ -17,7 +17,7 @@ from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
 from vlattn.data.features import RegionFeatures, open_store, write_memmap
 from vlattn.data.regions import RegionSampler
 from vlattn.errors import ConfigError, DataError
-from vlattn.training.prepare import PrepareResources
+from vlattn.data.resources import PrepareResources
 
 CENTRES = np.array([[8, 0, 0, 0], [0, 8, 0, 0], [0, 0, 8, 0], [0, 0, 0, 8], [-8, -8, 0, 0]], dtype=np.float32)
 

@@ -15,7 +15,7 @@ from registry_cases import FEATURE_DIM, PAD, VOCAB, model_inputs, tiny_inputs, t
 
 from vlattn.attention import MultiHeadAttention, Site
 from vlattn.attention.base import Capabilities
-from vlattn.config import config_from_dict, load_config
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.models import build_captioner, check_model_config
 from vlattn.training.prepare import prepare_model
@@ -94,7 +94,7 @@ def test_parameters_beyond_the_transformer() -> None:
 def test_full_size_preset_parameters() -> None:
     """vlattn/presets/catt.yaml (6+6, d=512, dictionaries of 500) against the Transformer of the same shape, on the meta
     device; vocabulary 10201."""
-    cfg = load_config("catt")
+    cfg = load_valid_config("catt")
     with torch.device("meta"):
         catt = build_captioner(cfg.model, 10201)
         transformer = build_captioner(replace(cfg.model, kind="transformer", options={}), 10201)
@@ -160,7 +160,7 @@ def test_vocabulary_cap_makes_the_word_dictionary_the_embedding_table(tmp_path: 
 )
 def test_config_errors_name_the_key_at_load_time(model, message) -> None:
     with pytest.raises(ConfigError, match=message):
-        config_from_dict({"model": {"kind": "catt", "d_model": 16, "num_heads": 2, **model}})
+        valid_config({"model": {"kind": "catt", "d_model": 16, "num_heads": 2, **model}})
 
 
 def test_site_mechanisms_must_allow_the_cross_sample_placement(monkeypatch: pytest.MonkeyPatch) -> None:

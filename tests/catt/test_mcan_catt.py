@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from tests.training.conftest import make_tiny_vqa_data, tiny_vqa_config
 from vlattn.catt.kmeans import weighted_kmeans
 from vlattn.cli import app
-from vlattn.config import config_from_dict, config_to_dict, load_config
+from vlattn.config import config_to_dict
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.models import build_vqa_model
 from vlattn.tasks.vqa import TRAIN
@@ -97,7 +98,7 @@ def test_parameters_beyond_mcan() -> None:
 def test_paper_preset_parameters() -> None:
     """vlattn/presets/vqa-catt.yaml (MCAN-small, dictionaries of 500, shared, concat) against vlattn/presets/vqa-mcan.yaml, on the
     meta device, with VQA v2's 3,129 candidate answers."""
-    catt, mcan = load_config("vqa-catt"), load_config("vqa-mcan")
+    catt, mcan = load_valid_config("vqa-catt"), load_valid_config("vqa-mcan")
     assert replace(catt.model, kind="mcan", options=mcan.model.options) == mcan.model
     assert replace(catt.train) == mcan.train and catt.data == mcan.data
     with torch.device("meta"):
@@ -139,7 +140,7 @@ def test_prepare_fits_the_word_dictionary_after_the_word_vectors(tmp_path: Path)
 )
 def test_config_errors_name_the_key_at_load_time(options, message) -> None:
     with pytest.raises(ConfigError, match=message):
-        config_from_dict({"task": "vqa", "model": {"kind": "mcan_catt", "d_model": 16, "num_heads": 2,
+        valid_config({"task": "vqa", "model": {"kind": "mcan_catt", "d_model": 16, "num_heads": 2,
                                                    "options": options}})
 
 

@@ -1,11 +1,11 @@
-"""Tokenisation (``vlattn.data.text.tokenize``): hand examples and hypothesis properties."""
+"""Tokenisation (``vlattn.text.tokenize``): hand examples and hypothesis properties."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vlattn.data.text import PTB_PUNCTUATION, tokenize
+from vlattn.text import PTB_PUNCTUATION, tokenize
 
 WORDS = ["A", "dog", "Dog's", "can't", "cannot", "t-shirt", "1,000", "10:30", "u.s.", "Mr.", "e.g.", "café", "Ü", "2/3"]
 SEPARATORS = [" ", ", ", ". ", "! ", "? ", " - ", "; ", ": ", "\t", '"', " ... ", "'", " & ", "!!"]

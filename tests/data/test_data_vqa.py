@@ -12,7 +12,6 @@ import torch
 from vlattn.data.features import RegionFeatures, open_store, write_npz_dir
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import (
-    Annotation,
     AnswerVocabulary,
     Question,
     VQADataset,

@@ -8,7 +8,7 @@ import pytest
 
 from metrics.corpora import CAPTIONS, random_strings, tokenizer_corpus
 from tests.slow import scaled
-from vlattn.data.text import LINE_BREAKS
+from vlattn.text import LINE_BREAKS
 from vlattn.metrics import tokenizer as tokenizer_module
 from vlattn.metrics.tokenizer import PTBTokenizer, java_tokenizer_jar
 

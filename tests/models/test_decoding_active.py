@@ -10,7 +10,8 @@ from tests.models.conftest import BOS, EOS, PAD, model_inputs, tiny_captioner, t
 
 from vlattn.config import Spec
 from vlattn.decoding import beam_search, greedy_decode, sample
-from vlattn.decoding.active import ActiveImages, image_rows
+from vlattn.decoding.active import ActiveImages
+from vlattn.layers.rows import image_rows
 from vlattn.models import UpDownCaptioner
 
 A, B, V = 3, 4, 5

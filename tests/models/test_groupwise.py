@@ -286,11 +286,11 @@ def test_backbone_madds_follow_the_complexity_formulas(groups: int, expansion: i
 
 
 def test_lw_preset_is_table2_lw_1x_with_the_scaled_rate() -> None:
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.models import check_model_config
     from vlattn.training.schedules import build_schedule, lr_scale
 
-    cfg = load_config("lw-transformer")
+    cfg = load_valid_config("lw-transformer")
     model = check_model_config(cfg.model, 10201)
     assert backbone_parameters(model) == 24_067_584
     for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention"):

@@ -12,7 +12,7 @@ import torch
 from registry_cases import D, H, build_mechanism, naive_attention_loops, random_boxes, self_attention_call
 
 from vlattn.attention import AttentionContext, AttentionDims, Site, build_attention, check_placement
-from vlattn.config import config_from_dict
+from vlattn.validation import valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.geometry import RATIO_EPS, SIZE_EPS
@@ -269,7 +269,7 @@ def test_only_encoder_self_attention_with_geometry() -> None:
 def test_option_errors_name_the_key(options: dict, message: str) -> None:
     data = {"model": {"d_model": 16, "num_heads": 2, "encoder_self_attention": {"name": "gsa", "options": options}}}
     with pytest.raises(ConfigError, match=message):
-        config_from_dict(data)
+        valid_config(data)
 
 
 def test_ngsa_takes_both_sets_of_options() -> None:

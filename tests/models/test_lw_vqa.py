@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from tests.models.test_groupwise import attention_params
 from vlattn.cli import app
-from vlattn.config import ModelConfig, Spec, config_from_dict, load_config
+from vlattn.config import ModelConfig, Spec
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import backbone_parameters
@@ -106,7 +107,7 @@ def test_vqa_lw_preset_profile_is_table2_lw_1x() -> None:
 
 
 def test_vqa_lw_preset_options_and_scaled_rate() -> None:
-    cfg = load_config("vqa-lw")
+    cfg = load_valid_config("vqa-lw")
     assert cfg.task == "vqa" and cfg.model.kind == "mcan" and (cfg.model.d_model, cfg.model.num_heads) == (512, 8)
     for site in SITES:
         options = getattr(cfg.model, site).options
@@ -122,9 +123,9 @@ def test_vqa_lr_scaling_is_checked_when_a_config_loads() -> None:
     mixed = {"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 4,
                                       "encoder_self_attention": {"name": "gmha", "options": {"groups": 4}},
                                       "feed_forward": {"name": "gffn", "options": {"groups": 2}}}}
-    config_from_dict(mixed)  # mixing group counts is fine without the scaling
+    valid_config(mixed)  # mixing group counts is fine without the scaling
     with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count, .* k = \[2, 4\]"):
-        config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
+        valid_config({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
 
 
 def test_lw_demo_is_the_vqa_demo_with_group_wise_layers() -> None:
@@ -132,7 +133,7 @@ def test_lw_demo_is_the_vqa_demo_with_group_wise_layers() -> None:
     in the attention sites, the feed-forward and the sqrt(k) rate scaling."""
     from vlattn.config import config_to_dict
 
-    plain, light = (config_to_dict(load_config(name)) for name in ("vqa-demo", "vqa-lw-demo"))
+    plain, light = (config_to_dict(load_valid_config(name)) for name in ("vqa-demo", "vqa-lw-demo"))
     for key in (*SITES, "feed_forward"):
         assert plain["model"].pop(key)["name"] in ("mha", "plain")
         assert light["model"].pop(key)["options"]["groups"] == 2

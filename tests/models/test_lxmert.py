@@ -170,13 +170,14 @@ def test_pair_head_reads_the_statement_with_each_image() -> None:
     ({"decoder_cross_attention": {"name": "gsa"}}, "model.decoder_cross_attention"),
 ])
 def test_refused_settings_name_their_key(change: dict, key: str) -> None:
-    from vlattn.config import config_from_dict, config_to_dict
+    from vlattn.config import config_to_dict
+    from vlattn.validation import valid_config
 
-    data = config_to_dict(config_from_dict({"task": "vqa", "model": {"kind": "lxmert"},
+    data = config_to_dict(valid_config({"task": "vqa", "model": {"kind": "lxmert"},
                                             "data": {"question_tokens": "wordpiece"}}))
     data["model"].update(change)
     with pytest.raises(ConfigError, match=key.split("/")[0]):
-        check_vqa_model_config(config_from_dict(data).model)
+        check_vqa_model_config(valid_config(data).model)
 
 
 def test_vqa_builder_dispatches_to_lxmert() -> None:

@@ -11,7 +11,8 @@ import torch
 from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_config, tiny_inputs
 
 from vlattn.attention import ATTENTION, MemoryAugmentedAttention, MultiHeadAttention, build_attention
-from vlattn.config import ModelConfig, Spec, load_config
+from vlattn.config import ModelConfig, Spec
+from vlattn.validation import load_valid_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
 from vlattn.layers import sinusoidal_positions
@@ -282,17 +283,17 @@ def test_option_errors() -> None:
 
 
 def test_presets() -> None:
-    cfg = load_config("m2")
+    cfg = load_valid_config("m2")
     assert (cfg.model.kind, cfg.model.encoder_layers, cfg.model.decoder_layers) == ("m2", 3, 3)
     assert (cfg.model.d_model, cfg.model.num_heads, cfg.model.dropout) == (512, 8, 0.1)
     assert cfg.model.encoder_self_attention.options["slots"] == 40
     assert (cfg.train.schedule.name, cfg.train.schedule.options["warmup"], cfg.train.batch_size) == ("noam", 10000, 50)
     assert (cfg.train.scst_schedule.name, cfg.train.scst_schedule.options["lr"], cfg.eval.beam_size) == ("constant", 5e-6, 5)
     small = ["model.d_model=32", "model.num_heads=2", "model.d_ff=64", "model.feature_dim=8"]
-    assert isinstance(build_captioner(load_config("m2", small).model, 50), TransformerCaptioner)
-    demo = load_config("m2-demo")
-    reference = load_config("demo")
-    # the Transformer demo's speed settings (benchmarks/RESULTS.md "Demo time", Session 5) were checked for it alone
+    assert isinstance(build_captioner(load_valid_config("m2", small).model, 50), TransformerCaptioner)
+    demo = load_valid_config("m2-demo")
+    reference = load_valid_config("demo")
+    # the Transformer demo's speed settings were checked at several seeds for it alone
     speed = {key: getattr(demo.train, key) for key in ("epochs", "length_buckets", "scst_skip_finished")}
     assert demo.model.kind == "m2" and demo.train == dataclasses.replace(reference.train, **speed)
     assert demo.eval == reference.eval

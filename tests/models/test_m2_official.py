@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -21,7 +23,6 @@ from tests.models.conftest import BOS, EOS, PAD, VOCAB, model_inputs, tiny_input
 from m2_released import ReleasedStateful, random_released_state, released_beam_search, released_log_probs
 from test_m2 import m2_config
 
-from vlattn.attention import MultiHeadAttention
 from vlattn.config import Spec
 from vlattn.decoding import beam_search
 from vlattn.errors import ConfigError
@@ -291,11 +292,12 @@ def test_official_padding_hides_pad_tokens_anywhere() -> None:
 
 
 def test_official_preset_is_the_imported_models_config_and_its_differences_are_listed() -> None:
-    from vlattn.config import config_to_dict, load_config
+    from vlattn.config import config_to_dict
+    from vlattn.validation import load_valid_config
     from vlattn.importers.m2_official import ReleasedLayout, released_config
     from vlattn.models.profile import count_parameters
 
-    preset = load_config("m2-official")
+    preset = load_valid_config("m2-official")
     layout = ReleasedLayout(encoder_layers=3, decoder_layers=3, gates=3, d_model=512, feature_dim=2048, d_ff=2048,
                             slots=40, vocab_size=10201, max_positions=54)
     assert released_config(layout).model == preset.model  # what import-checkpoint writes for the released file
@@ -303,14 +305,15 @@ def test_official_preset_is_the_imported_models_config_and_its_differences_are_l
         model = build_captioner(preset.model, 10201, pad_id=PAD)
     assert count_parameters(model)["total"] == 38_411_264
     assert model.decoder.positions.table.shape == (55, 512)  # the released 28,160 frozen values, saved
-    # benchmarks/RESULTS.md lists every key on which the two presets differ
+    # benchmarks/diff_m2_presets.py lists every key on which the two presets differ, each with the released code's
     def leaves(tree, prefix=""):
         out = {}
         for key, value in tree.items():
             out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value})
         return out
-    paper, official = leaves(config_to_dict(load_config("m2"))), leaves(config_to_dict(preset))
+    paper, official = leaves(config_to_dict(load_valid_config("m2"))), leaves(config_to_dict(preset))
     differing = {key for key in paper.keys() | official.keys() if paper.get(key) != official.get(key)}
-    text = open("benchmarks/RESULTS.md").read()
-    section = text.split("## M2 presets: paper vs released recipe")[1].split("\n## ")[0]
-    assert differing and all(f"| `{key}` |" in section for key in differing), differing
+    listed = subprocess.run([sys.executable, "benchmarks/diff_m2_presets.py", "--no-write"], check=True,
+                            capture_output=True, text=True, timeout=300).stdout
+    rows = {line.split("`")[1] for line in listed.splitlines() if line.startswith("| `")}
+    assert differing and rows == differing, rows ^ differing

@@ -9,7 +9,8 @@ import pytest
 import torch
 from registry_cases import ANSWERS, VOCAB, tiny_model_config, tiny_vqa_inputs
 
-from vlattn.config import Spec, config_from_dict, config_to_dict, load_config
+from vlattn.config import Spec, config_to_dict
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.models import build_vqa_model
 
@@ -45,23 +46,23 @@ def test_a_mirrored_layout_gives_the_same_answers_only_with_eq_8(geometry: str, 
 def test_gsa_is_refused_at_the_question_self_attention() -> None:
     for name in ("gsa", "ngsa"):
         with pytest.raises(ConfigError, match=rf"model\.encoder_self_attention: attention '{name}' needs box geometry"):
-            config_from_dict({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2,
+            valid_config({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2,
                                                        "encoder_self_attention": {"name": name}}})
 
 
 def test_box_encoding_is_refused_by_mcan() -> None:
     with pytest.raises(ConfigError, match=r"model\.box_encoding: 'sinusoidal' is not supported by MCAN"):
-        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2,
+        valid_config({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2,
                                                    "box_encoding": "sinusoidal"}})
 
 
 def test_gsa_preset_is_mcan_small_with_gsa_in_the_image_self_attention() -> None:
-    plain, geometric = config_to_dict(load_config("vqa-mcan")), config_to_dict(load_config("vqa-mcan-gsa"))
+    plain, geometric = config_to_dict(load_valid_config("vqa-mcan")), config_to_dict(load_valid_config("vqa-mcan-gsa"))
     attention = geometric["model"].pop("decoder_self_attention")
     plain["model"].pop("decoder_self_attention")
     assert geometric == plain
     assert attention == {"name": "gsa", "options": {"phi": ["query_dependent"], "d_g": None, "geometry": "paper"}}
-    cfg = load_config("vqa-mcan-gsa").model
+    cfg = load_valid_config("vqa-mcan-gsa").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 100, 3129)
     # per image self-attention layer: FC 4 -> d_g=64 with bias (Eq. 9) and W_Q' 512 -> 8 heads x 64 with bias

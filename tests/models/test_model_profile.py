@@ -6,13 +6,17 @@ from __future__ import annotations
 import pytest
 from tests.models.conftest import FEATURE_DIM, VOCAB, tiny_captioner
 
+import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from vlattn.attention.sla import GridPositionalBias
 from vlattn import shipped_presets as presets
-from vlattn.config import load_config, resolve_config_dict
+from vlattn.config import resolve_config_dict
+from vlattn.validation import load_valid_config
 from vlattn.errors import ConfigError
-from vlattn.models.profile import count_parameters, flops_decode_step, flops_train_step, latency
+from vlattn.layers.packed import ONEDNN_LINEAR
+from vlattn.models.profile import FLOP_FORMULAS, count_parameters, flops_decode_step, flops_train_step, latency
 from vlattn.tasks import task_of
 from vlattn.tasks.base import ProfileShapes
 
@@ -78,7 +82,7 @@ def test_every_preset_profiles(name: str) -> None:
     training step above those of inference, latency. Regression: every CATT preset failed in torch's FLOP
     counter ("Expected gradient function to be set") at its first no-grad pass."""
     overrides, shapes = reduced(name)
-    cfg = load_config(name, overrides)
+    cfg = load_valid_config(name, overrides)
     report = task_of(cfg.task).profile(cfg, shapes)
     assert report["model"] == cfg.model.kind
     grid = cfg.model.options.get("attention", {}).get("options", {})
@@ -100,3 +104,18 @@ def test_profile_regions_default_to_the_models_grid() -> None:
     assert ProfileShapes(regions=7).for_model(grid).regions == 7
     with pytest.raises(ConfigError, match=r"different grids: \[16, 36\] cells"):
         ProfileShapes().for_model(nn.ModuleList([GridPositionalBias(8, 1, 36), GridPositionalBias(8, 1, 16)]))
+
+
+@pytest.mark.skipif(not ONEDNN_LINEAR, reason="torch built without oneDNN's linear")
+def test_flop_formulas_count_onednn_linear_as_the_addmm_it_replaces() -> None:
+    """x (2, 3, 8) by a weight packed for oneDNN (24, 8): 2 x 6 rows x 8 x 24 FLOPs, what nn.Linear's addmm counts."""
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(2, 3, 8), torch.randn(24, 8), torch.randn(24)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 6)
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS) as counter:
+        out = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    assert counter.get_flop_counts()["Global"] == {torch.ops.mkldnn._linear_pointwise: 2 * 6 * 8 * 24}
+    assert torch.allclose(out, torch.nn.functional.linear(x, weight, bias), atol=1e-5)
+    with FlopCounterMode(display=False) as reference:
+        torch.nn.functional.linear(x, weight, bias)
+    assert reference.get_total_flops() == 2 * 6 * 8 * 24

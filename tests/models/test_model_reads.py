@@ -10,11 +10,12 @@ from collections import defaultdict
 import pytest
 import torch
 
-from vlattn.config import ModelConfig, load_config
+from vlattn.config import ModelConfig
 from vlattn.errors import ConfigError
 from vlattn.models import MODELS
 from vlattn.shipped_presets import names
 from vlattn.tasks import task_of
+from vlattn.validation import load_valid_config
 
 FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
 
@@ -33,7 +34,7 @@ class RecordingModelConfig(ModelConfig):
 def recorded_reads() -> dict[str, set[str]]:
     reads: dict[str, set[str]] = defaultdict(set)
     for name in names():
-        cfg = load_config(name)
+        cfg = load_valid_config(name)
         RecordingModelConfig.touched = set()
         recording = object.__new__(RecordingModelConfig)
         recording.__dict__.update(cfg.model.__dict__)
@@ -60,7 +61,7 @@ def test_every_kind_declares_exactly_what_its_model_construction_reads() -> None
 ])
 def test_a_model_key_the_kind_never_reads_is_refused_in_one_line(preset: str, override: str, unread: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        load_config(preset, [override])
+        load_valid_config(preset, [override])
     message = str(refused.value)
-    assert "\n" not in message and message.endswith(f"never read by model kind {load_config(preset).model.kind!r}: "
+    assert "\n" not in message and message.endswith(f"never read by model kind {load_valid_config(preset).model.kind!r}: "
                                                     f"{unread} (remove them)")

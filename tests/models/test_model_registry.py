@@ -8,7 +8,8 @@ import pytest
 import torch
 from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, ModelCase, model_cases, model_inputs, tiny_inputs, tiny_model_config
 
-from vlattn.config import ModelConfig, load_config
+from vlattn.config import ModelConfig
+from vlattn.validation import load_valid_config
 from vlattn.attention import reorder_state
 from vlattn.decoding import beam_search, greedy_decode, sample
 from vlattn.errors import ConfigError
@@ -214,10 +215,10 @@ def test_output_layer_options() -> None:
 )
 def test_config_errors_name_the_key_at_load_time(overrides, message) -> None:
     data = {"model": {"kind": "transformer", "d_model": 16, "num_heads": 2, **overrides}}
-    from vlattn.config import config_from_dict
+    from vlattn.validation import valid_config
 
     with pytest.raises(ConfigError, match=message):
-        config_from_dict(data)
+        valid_config(data)
 
 
 def test_validation_builds_nothing_real(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,6 +260,6 @@ def test_full_size_parameter_count() -> None:
 
 
 def test_preset_builds() -> None:
-    cfg = load_config("transformer", ["model.d_model=32", "model.num_heads=2", "model.d_ff=64"])
+    cfg = load_valid_config("transformer", ["model.d_model=32", "model.num_heads=2", "model.d_ff=64"])
     model = build_captioner(cfg.model, 50)
     assert len(model.encoder.layers) == cfg.model.encoder_layers == len(model.decoder.layers)

@@ -10,7 +10,8 @@ import pytest
 import torch
 from tests.models.conftest import tiny_captioner, tiny_inputs
 
-from vlattn.config import config_from_dict, config_to_dict, load_config
+from vlattn.config import config_to_dict
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers.boxes import SinusoidalBoxEncoding
 from vlattn.models import build_captioner
@@ -20,7 +21,7 @@ ATTENTION = {"san": "mha", "n-san": "nsa", "g-san": "gsa", "ng-san": "ngsa"}
 
 
 def test_presets_are_sec_5_1_and_differ_only_in_the_encoder_attention() -> None:
-    configs = {name: config_to_dict(load_config(name)) for name in PRESETS}
+    configs = {name: config_to_dict(load_valid_config(name)) for name in PRESETS}
     for name, cfg in configs.items():
         attention = cfg["model"].pop("encoder_self_attention")
         assert attention["name"] == ATTENTION[name]
@@ -31,7 +32,7 @@ def test_presets_are_sec_5_1_and_differ_only_in_the_encoder_attention() -> None:
     assert train["schedule"] == {"name": "step", "options": {
         "base_lr": 1e-4, "max_lr": 3e-4, "decay_start_epoch": 6, "decay_every": 3, "decay_factor": 0.5}}
     assert train["epochs"] == 15 and train["scst_epochs"] == 15 and configs["san"]["eval"]["beam_size"] == 3
-    ngsan = load_config("ng-san").model.encoder_self_attention.options
+    ngsan = load_valid_config("ng-san").model.encoder_self_attention.options
     assert ngsan["normalize"] == "query" and ngsan["norm"] == "instance" and not ngsan["affine"]
     assert ngsan["phi"] == ["query_dependent"]
 
@@ -39,7 +40,7 @@ def test_presets_are_sec_5_1_and_differ_only_in_the_encoder_attention() -> None:
 @pytest.mark.parametrize(("layers", "paper"), [(1, 18.1), (2, 25.5), (4, 40.2), (6, 54.9)])
 def test_san_parameters_match_table_1(layers: int, paper: float) -> None:
     """Untied output with bias, vocabulary 9487, 2048-d regions: Table 1's SAN sizes, and each term by hand."""
-    cfg = dataclasses.replace(load_config("san").model, encoder_layers=layers, decoder_layers=layers)
+    cfg = dataclasses.replace(load_valid_config("san").model, encoder_layers=layers, decoder_layers=layers)
     with torch.device("meta"):
         model = build_captioner(cfg, 9487)
     attention, ffn, norm = 4 * (512 * 512 + 512), 512 * 2048 + 2048 + 2048 * 512 + 512, 2 * 512
@@ -81,6 +82,6 @@ def test_absolute_box_encoding_makes_the_boxes_matter_without_parameters() -> No
 
 def test_box_encoding_errors_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"model\.box_encoding: 'sinusoidal' needs d_model divisible by 4, got 18"):
-        config_from_dict({"model": {"d_model": 18, "num_heads": 2, "box_encoding": "sinusoidal"}})
+        valid_config({"model": {"d_model": 18, "num_heads": 2, "box_encoding": "sinusoidal"}})
     with pytest.raises(ConfigError, match=r"model\.box_encoding: 'learned' is not one of: none, sinusoidal"):
-        config_from_dict({"model": {"box_encoding": "learned"}})
+        valid_config({"model": {"box_encoding": "learned"}})

@@ -11,7 +11,7 @@ import torch
 from registry_cases import D, build_mechanism, naive_attention_loops, self_attention_call
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
-from vlattn.config import config_from_dict
+from vlattn.validation import valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers.masked_norm import BATCH_NORM_MOMENTUM, MaskedBatchNorm
 
@@ -171,7 +171,7 @@ def test_only_encoder_self_attention() -> None:
     for key in ("decoder_self_attention", "decoder_cross_attention"):
         data = {"model": {"d_model": 16, "num_heads": 2, key: {"name": "nsa"}}}
         with pytest.raises(ConfigError, match=rf"model\.{key}: attention 'nsa' is not allowed"):
-            config_from_dict(data)
+            valid_config(data)
 
 
 @pytest.mark.parametrize(
@@ -186,4 +186,4 @@ def test_only_encoder_self_attention() -> None:
 def test_option_errors_name_the_key(options: dict, message: str) -> None:
     data = {"model": {"d_model": 16, "num_heads": 2, "encoder_self_attention": {"name": "nsa", "options": options}}}
     with pytest.raises(ConfigError, match=message):
-        config_from_dict(data)
+        valid_config(data)

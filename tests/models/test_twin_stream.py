@@ -9,7 +9,8 @@ import torch
 from registry_cases import FEATURE_DIM, random_boxes
 from torch import nn
 
-from vlattn.config import ModelConfig, load_config
+from vlattn.config import ModelConfig
+from vlattn.validation import load_valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers.pooling import masked_mean
 from vlattn.models.question import QuestionEncoder
@@ -223,8 +224,8 @@ def sla_stream_parameters(key: int, query: int, m: int, units: int, out: int, bi
 def test_table_1_presets_by_configuration(preset: str) -> None:
     """The Sec. 4.1.2 setup (14 x 14 grid, L2, 300-d words, bi-LSTM 512, 26 words, Adam (0.9, 0.999), batch 800,
     Glorot), T = 3 and m = 1024; the two presets differ in the units only; parameters by the formulas."""
-    cfg = load_config(preset)
-    sla = load_config("vqa-sla")
+    cfg = load_valid_config(preset)
+    sla = load_valid_config("vqa-sla")
     assert cfg.task == "vqa" and cfg.model.kind == "twin_stream" and cfg.data.max_question_len == 26
     assert (cfg.model.feature_dim, cfg.data.max_regions, cfg.train.batch_size) == (2048, 196, 800)
     assert cfg.train.adam_betas == [0.9, 0.999]

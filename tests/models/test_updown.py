@@ -14,7 +14,8 @@ from torch import nn
 
 from vlattn.attention import StaticKVCache, build_attention
 from vlattn.attention.catt import AdditiveCausalAttention
-from vlattn.config import Spec, config_from_dict, load_config
+from vlattn.config import Spec
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.decoding import beam_search, greedy_decode
 from vlattn.errors import ConfigError
 from vlattn.models import UpDownCaptioner, build_captioner
@@ -149,7 +150,7 @@ def test_config_errors_name_the_key(model, message) -> None:
     data = {"kind": "updown", "d_model": 16, "decoder_cross_attention": {"name": "additive"},
             "options": {"embed_dim": 8, "attention_dim": 8}}
     with pytest.raises(ConfigError, match=message):
-        config_from_dict({"model": {**data, **model}})
+        valid_config({"model": {**data, **model}})
 
 
 @pytest.mark.parametrize("mechanism", ["additive", "sla"])
@@ -189,7 +190,7 @@ def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
     """vlattn/presets/updown-catt-demo.yaml: vlattn/presets/updown-demo.yaml except the top-down site (BUTD+CATT, 100 entries);
     the extra parameters are the dictionary (100 x 512, no box channels), CS-ATT's own additive attention and the
     language LSTM's input widened by one attended vector (517 channels)."""
-    demo, catt = load_config("updown-demo"), load_config("updown-catt-demo")
+    demo, catt = load_valid_config("updown-demo"), load_valid_config("updown-catt-demo")
     assert replace(catt.model, decoder_cross_attention=demo.model.decoder_cross_attention) == demo.model
     assert (catt.data, catt.train, catt.eval) == (demo.data, demo.train, demo.eval)
     assert catt.model.decoder_cross_attention.name == "catt_additive"
@@ -201,7 +202,7 @@ def test_catt_demo_preset_is_the_demo_with_catt_at_the_top_down_site() -> None:
 
 @pytest.mark.parametrize("preset", ["updown", "updown-sla", "updown-catt"])
 def test_presets_build(preset: str) -> None:
-    cfg = load_config(preset, REDUCED)
+    cfg = load_valid_config(preset, REDUCED)
     model = build_captioner(cfg.model, 40)
     assert isinstance(model, UpDownCaptioner)
     assert len(getattr(model.attention, "units", [])) == (3 if "sla" in preset else 0)
@@ -211,7 +212,7 @@ def test_butd_catt_preset_is_up_down_with_one_causal_attention_module() -> None:
     """vlattn/presets/updown-catt.yaml (supplementary Sec. 9) at reduced widths: IS-ATT additive over the regions and an
     unshared additive CS-ATT over 1000 dictionary entries in the region space, both outputs into the language LSTM
     (input 2D + M); one teacher-forced pass gives finite log-probabilities."""
-    cfg = load_config("updown-catt", REDUCED)
+    cfg = load_valid_config("updown-catt", REDUCED)
     model = build_captioner(cfg.model, VOCAB, pad_id=PAD)
     attention = model.attention
     assert isinstance(attention, AdditiveCausalAttention) and attention.cross_sample is not None

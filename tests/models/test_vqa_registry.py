@@ -11,7 +11,8 @@ from registry_cases import ANSWERS, FEATURE_DIM, PAD, VOCAB, VQAModelCase, tiny_
 from torch import nn
 
 from vlattn.attention import AttentionContext, Site
-from vlattn.config import ModelConfig, config_from_dict, load_config
+from vlattn.config import ModelConfig
+from vlattn.validation import load_valid_config, valid_config
 from vlattn.errors import ConfigError
 from vlattn.layers import StdLayerNorm
 from vlattn.models import build_vqa_model, check_vqa_model_config
@@ -110,7 +111,7 @@ def test_state_dict_round_trip(case: VQAModelCase) -> None:
 def test_backbone_parameter_count_is_lw_table_ii() -> None:
     """MCAN-small 6+6, d=512, FFN 2048, 8 heads: 6 SA units (4 x 262,656 attention + 2,099,712 FFN + 2 x 1,024
     norm) and 6 SGA units (8 x 262,656 + 2,099,712 + 3 x 1,024) = 44,138,496 (LW paper Table II, 44.1M)."""
-    cfg = load_config("vqa-mcan").model
+    cfg = load_valid_config("vqa-mcan").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 20573, 3129)
     attention, ffn, norm = 4 * (512 * 512 + 512), 512 * 2048 + 2048 + 2048 * 512 + 512, 2 * 512
@@ -122,7 +123,7 @@ def test_backbone_parameter_count_is_lw_table_ii() -> None:
 
 
 def test_large_preset_dimensions() -> None:
-    cfg = load_config("vqa-mcan-large").model
+    cfg = load_valid_config("vqa-mcan-large").model
     with torch.device("meta"):
         model = build_vqa_model(cfg, 100, 3129)
     layer = model.backbone.decoder[0]
@@ -141,7 +142,7 @@ def test_large_preset_dimensions() -> None:
 )
 def test_site_placement_errors_name_the_key(site: str, name: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2, site: {"name": name}}})
+        valid_config({"task": "vqa", "model": {"kind": "mcan", "d_model": 16, "num_heads": 2, site: {"name": name}}})
 
 
 def test_geometry_only_at_the_image_self_attention() -> None:
@@ -174,11 +175,11 @@ def test_geometry_only_at_the_image_self_attention() -> None:
 
 def test_options_and_kind_errors() -> None:
     with pytest.raises(ConfigError, match=r"model\.options\.layer_norm: 'x' is not one of: paper, official"):
-        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
+        valid_config({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
     with pytest.raises(ConfigError, match=r"model\.options\.flat_glimpses: must be >= 1"):
-        config_from_dict({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
+        valid_config({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
     with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, lxmert, m2, mcan, mcan_catt, transformer"):
-        config_from_dict({"task": "vqa", "model": {"kind": "nope"}})
+        valid_config({"task": "vqa", "model": {"kind": "nope"}})
 
 
 def test_official_layer_norm_matches_the_released_formula() -> None:
@@ -226,7 +227,7 @@ def test_mcan_is_registered_as_a_vqa_kind_only() -> None:
                                     "vqa-lw", "vqa-lw-demo", "vqa-mcan-gsa",
                                     "vqa-catt", "vqa-catt-demo"])
 def test_vqa_presets_load_and_build(preset: str) -> None:
-    cfg = load_config(preset)
+    cfg = load_valid_config(preset)
     assert cfg.task == "vqa" and cfg.train.schedule.name == "warmup_multistep" and cfg.data.max_question_len == 14
     with torch.device("meta"):
         model = build_vqa_model(cfg.model, 100, 20)

@@ -50,9 +50,9 @@ def train(config: dict, run: Path) -> Path:
 
 
 def caption_config(root: Path, features: str, dim: int) -> dict:
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
 
-    return config_to_dict(load_config(None, [
+    return config_to_dict(load_valid_config(None, [
         f"data.root={root}", f"data.features={features}", "data.vocab_min_count=1", "data.max_regions=10",
         f"model.feature_dim={dim}", "model.d_model=32", "model.num_heads=2", "model.d_ff=64", "model.encoder_layers=1",
         "model.decoder_layers=1", "train.epochs=2", "train.batch_size=16", "eval.beam_size=1", "eval.batch_size=8",
@@ -60,9 +60,9 @@ def caption_config(root: Path, features: str, dim: int) -> dict:
 
 
 def vqa_config(root: Path, features: str, dim: int) -> dict:
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
 
-    return config_to_dict(load_config(None, [
+    return config_to_dict(load_valid_config(None, [
         "task=vqa", "model.kind=mcan", f"data.root={root}", f"data.features={features}", "data.vocab_min_count=1",
         "data.max_regions=10", "data.answer_min_count=1", f"model.feature_dim={dim}", "model.d_model=32",
         "model.num_heads=2", "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1",

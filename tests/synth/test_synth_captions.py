@@ -9,7 +9,7 @@ from synth_claims import check_caption
 
 from vlattn.data.karpathy import load_karpathy
 from vlattn.data.synth.relations import relation_holds, true_relations
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 
 
 def test_five_distinct_captions_per_image(synth_dir: Path) -> None:

@@ -4,7 +4,7 @@ on a hand-made scene."""
 from __future__ import annotations
 
 from vlattn.data.synth.claims import relation_probes, relation_verdicts
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 
 SCENE = {
     "width": 80, "height": 80,

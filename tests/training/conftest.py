@@ -9,7 +9,8 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from vlattn.config import Config, load_config
+from vlattn.config import Config
+from vlattn.validation import load_valid_config
 from vlattn.data.features import RegionFeatures, write_memmap
 from vlattn.data.karpathy import ImageEntry, load_karpathy, write_karpathy
 from vlattn.tasks import captioning
@@ -52,7 +53,7 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def tiny_config(root: Path, *extra: str) -> Config:
     """A 1+1-layer d=32 Transformer on the tiny data, with dropout so RNG state matters."""
-    return load_config(None, [
+    return load_valid_config(None, [
         f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4",
         f"model.feature_dim={DIM}", "model.d_model=32", "model.num_heads=2", "model.d_ff=64",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.1",
@@ -121,7 +122,7 @@ def tiny_vqa_config(root: Path, *extra: str, stack: bool = True) -> Config:
     at ``answer_min_count`` 2). ``stack=False`` leaves out the MCAN stack's keys (heads, FFN, layers), for a
     model kind that does not read them."""
     mcan = ["model.num_heads=2", "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1"] if stack else []
-    return load_config(None, [
+    return load_valid_config(None, [
         "task=vqa", "model.kind=mcan", f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4",
         "data.answer_min_count=2", f"model.feature_dim={DIM}", "model.d_model=32", *mcan, "model.dropout=0.1",
         "model.options.word_dim=16", "train.epochs=10", "train.batch_size=8", "train.log_every=1",

@@ -20,7 +20,7 @@ def bce(logit: float, target: float) -> float:
 def test_reductions_by_hand() -> None:
     logits = torch.tensor([[0.0, 2.0, -1.0], [1.0, -3.0, 0.5]])
     targets = torch.tensor([[1.0, 0.3, 0.0], [0.0, 0.0, 0.9]])
-    terms = [bce(l, t) for l, t in zip(logits.flatten().tolist(), targets.flatten().tolist())]
+    terms = [bce(logit, t) for logit, t in zip(logits.flatten().tolist(), targets.flatten().tolist())]
     assert answer_loss(logits, targets, "sum").item() == pytest.approx(sum(terms), rel=1e-6)
     assert answer_loss(logits, targets, "sum_answers").item() == pytest.approx(sum(terms) / 2, rel=1e-6)
     assert answer_loss(logits, targets, "mean").item() == pytest.approx(sum(terms) / 6, rel=1e-6)

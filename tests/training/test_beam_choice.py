@@ -12,7 +12,7 @@ from registry_cases import MarkovModel
 
 from tests.training.conftest import make_tiny_data, tiny_config
 from vlattn import load
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.errors import ConfigError, DataError
 from vlattn.tasks import EvalRequest, evaluate, format_report, train
 from vlattn.tasks.beam_choice import CHOICE_FILE, choose_beam_size, recorded_choice
@@ -122,7 +122,7 @@ def test_malformed_record_is_a_data_error_naming_it(tmp_path) -> None:
 ])
 def test_bad_settings_name_the_key(overrides, message) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(None, overrides)
+        load_valid_config(None, overrides)
 
 
 def test_cli_beam_size_auto_and_bad_values(tiny_run, vlattn_cli) -> None:

@@ -15,7 +15,7 @@ from vlattn.config import Config, config_to_dict
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
-from vlattn.training.checkpoint import load_checkpoint, load_weights, save_checkpoint
+from vlattn.training.checkpoint import load_checkpoint, save_checkpoint
 
 WORDS = Vocabulary(["a", "dog", "cat"])
 ANSWERS = AnswerVocabulary(["yes", "no", "2"])

@@ -13,7 +13,7 @@ from torch import nn
 from vlattn.errors import VlattnError
 from vlattn.training.distributed import DistContext
 from vlattn.training.logging import RunLog
-from vlattn.training.loop import EpochBatchSampler, LoopOptions, LoopState, Trainer
+from vlattn.training.loop import EpochBatchSampler, LoopOptions, Trainer
 from vlattn.training.optim import build_optimizer
 from vlattn.training.schedules import Constant
 

@@ -17,7 +17,8 @@ from torch import nn
 import vlattn.tasks.captioning as captioning
 from vlattn.data.features import open_store
 from vlattn.data.regions import RegionSampler
-from vlattn.training.prepare import PrepareResources, module_seed, prepare_model
+from vlattn.data.resources import PrepareResources
+from vlattn.training.prepare import module_seed, prepare_model
 from vlattn.training.stage import run_stage
 from tests.training.conftest import DIM, Crash, crash_at_step, tiny_config
 

@@ -84,15 +84,15 @@ def test_lr_scaling_by_sqrt_groups() -> None:
 
 
 def test_lr_scaling_is_checked_when_a_config_loads() -> None:
-    from vlattn.config import config_from_dict
+    from vlattn.validation import valid_config
 
     mixed = {"model": {"d_model": 16, "num_heads": 4, "encoder_self_attention": {"name": "gmha", "options": {"groups": 4}},
                        "feed_forward": {"name": "gffn", "options": {"groups": 2}}}}
-    config_from_dict(mixed)  # mixing group counts is fine without the scaling
+    valid_config(mixed)  # mixing group counts is fine without the scaling
     with pytest.raises(ConfigError, match=r"train\.lr_scaling: sqrt_groups needs one group count"):
-        config_from_dict({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
+        valid_config({**mixed, "train": {"lr_scaling": "sqrt_groups"}})
     with pytest.raises(ConfigError, match=r"train\.lr_scaling: 'sqrt' is not one of: none, sqrt_groups"):
-        config_from_dict({"train": {"lr_scaling": "sqrt"}})
+        valid_config({"train": {"lr_scaling": "sqrt"}})
 @pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # as the released loop does
 def test_noam_epoch_offset_follows_the_released_lambda_lr_loop() -> None:
     """The released train.py: LambdaLR(lambda s: d^-0.5 * min((s+1)^-0.5, (s+1) * warmup^-1.5)), stepped at the

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from tests.training.conftest import DIM
 from vlattn import tasks
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.tasks import EvalRequest
 
 
 def updown_config(root: Path, mechanism: str):
-    return load_config("updown-demo", [
+    return load_valid_config("updown-demo", [
         f"data.root={root}", "data.vocab_min_count=1", "data.max_regions=4", f"model.feature_dim={DIM}",
         "model.d_model=16", "model.options.embed_dim=8", "model.options.attention_dim=8",
         f"model.decoder_cross_attention.name={mechanism}", "train.epochs=1", "train.batch_size=8",

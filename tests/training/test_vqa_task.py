@@ -14,7 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from vlattn.cli import app
-from vlattn.config import config_from_dict, config_to_dict
+from vlattn.config import config_to_dict
+from vlattn.validation import valid_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import Annotation, load_annotations, load_questions
 from vlattn.errors import ConfigError
@@ -196,7 +197,7 @@ def test_config_errors_name_the_key(changes: dict, message: str) -> None:
     for section, values in changes.items():
         data[section] = {**data.get(section, {}), **values}
     with pytest.raises(ConfigError, match=message):
-        config_from_dict(data)
+        valid_config(data)
 
 
 def test_profile_reports_the_backbone(tmp_path: Path, vqa_data: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlattn.config import load_config
+from vlattn.validation import load_valid_config
 from vlattn.data.synth.generate import generate
 from vlattn.errors import ConfigError, DataError
 from vlattn.tasks import task_of
@@ -61,7 +61,7 @@ def checkpoint(synth: Path, tmp_path: Path, preset: str, extra: list[str]) -> Pa
     if name == "ng-san":  # the full-size NG-SAN preset with the demo data's sizes
         overrides += ["data.karpathy=dataset.json", "data.features=features"]
     kind_tiny = [] if "updown" in preset or preset == "vqa-sla-demo" else TINY  # kinds without Transformer stacks
-    cfg = load_config(name, [*overrides, *kind_tiny, *extra])
+    cfg = load_valid_config(name, [*overrides, *kind_tiny, *extra])
     stage = next(iter(task_of(cfg.task).stages.values()))
     data = stage.load_data(cfg, None)
     model = stage.build_model(cfg, data)

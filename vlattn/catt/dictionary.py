@@ -30,7 +30,7 @@ without) ``prepare``; the entries are exempt from weight decay.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -40,10 +40,8 @@ from torch.nn import functional as F
 from vlattn.catt.files import read_dictionary, resolve_dictionary_path
 from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
 from vlattn.config import MAX_SAMPLE, MAX_WIDTH, bounded
+from vlattn.data.resources import PrepareResources
 from vlattn.errors import ConfigError, DataError
-
-if TYPE_CHECKING:
-    from vlattn.training.prepare import PrepareResources
 
 Source = Literal["image", "word"]
 RANDOM_SCALE = 0.01  # U(0, 0.01): the released code's torch.rand(...) / 100

@@ -6,8 +6,8 @@ for BUTD+CATT, 500 image and 500 word entries for Transformer+CATT), with scikit
 Scale: the ~4M regions of COCO's training images are 32 GB of 2048-d float32, more than memory. :func:`stream_kmeans`
 fits on the first ``buffer_rows`` regions of a seeded stream (``n_init`` k-means++ seedings, mini-batch epochs until
 the centres stop moving) and then refines the centres with one mini-batch step per further chunk (``partial_fit``),
-so memory is bounded by the buffer and the time grows linearly with the regions (benchmarks/RESULTS.md, "CATT
-dictionary k-means"). When the stream ends inside the buffer (every synthetic set), this is plain in-memory
+so memory is bounded by the buffer and the time grows linearly with the regions.
+When the stream ends inside the buffer (every synthetic set), this is plain in-memory
 mini-batch k-means. :func:`weighted_kmeans` clusters a small weighted point set (word embeddings weighted by their
 occurrences in the training text) with full Lloyd k-means (``KMeans``): a vocabulary is a few thousand points.
 

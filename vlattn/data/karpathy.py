@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from vlattn.data.jsonfiles import field, read_json, write_json
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.errors import DataError
 
 SPLITS = ("train", "val", "test")

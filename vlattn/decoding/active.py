@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from vlattn.decoding.common import Generator, batch_shape
+from vlattn.layers.rows import image_rows
 
 
 @dataclass
@@ -32,11 +33,6 @@ class ActiveState:
     active: Tensor
     images: int
     group: int = 1
-
-
-def image_rows(images: Tensor, group: int) -> Tensor:
-    """Rows (len(images) g,) of ``images`` (n,) when each image has ``group`` consecutive rows."""
-    return (images[:, None] * group + torch.arange(group, device=images.device)).reshape(-1)
 
 
 class ActiveImages:

@@ -31,6 +31,7 @@ from vlattn.errors import DataError
 from vlattn.importers.lxmert_names import ENCODER_PREFIXES, HEAD_PREFIXES, head_names, parameter_names
 from vlattn.importers.m2_official import Imported
 from vlattn.importers.torchfile import load_state_dict
+from vlattn.tasks import check_components
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DROPPED_PREFIXES = ("cls.", "obj_predict_head.")  # pretraining heads
@@ -194,5 +195,6 @@ def read_lxmert(
     data.update(task="vqa", model=model)
     data.setdefault("data", {}).update(question_tokens="wordpiece")
     config = config_from_dict(data)
+    check_components(config)  # checked as a loaded config is
     return Imported(config, words, state, None, dropped, answers=read_answers(
         Path(answers) if answers is not None else None, hf, num_answers, source))

@@ -34,6 +34,7 @@ from pathlib import Path
 from torch import Tensor
 
 from vlattn.config import Config, ModelConfig, Spec, config_from_dict, config_to_dict
+from vlattn.tasks import check_components
 from vlattn.data.vocab import Vocabulary, read_word_list
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -208,7 +209,9 @@ def released_config(layout: ReleasedLayout, heads: int = RELEASED_HEADS, base: C
         max_positions=layout.max_positions, tie_embeddings=False, output_bias=False, box_input=False,
         encoder_self_attention=encoder, options=dict(OFFICIAL_OPTIONS),
     )
-    return config_from_dict(config_to_dict(config))  # validated as a loaded config is
+    config = config_from_dict(config_to_dict(config))  # checked as a loaded config is
+    check_components(config)
+    return config
 
 
 def map_state_dict(

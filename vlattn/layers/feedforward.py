@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from vlattn.config import MAX_HEADS, bounded, lookup, parse_options
 from vlattn.errors import ConfigError
+from vlattn.layers.dropout import Dropout
 from vlattn.layers.grouped import GroupedLinear
 
 
@@ -44,7 +45,7 @@ class FeedForward(nn.Module):
                  activation: Activation = "relu") -> None:
         super().__init__()
         self.fc1, self.fc2 = self.layers(d_model, d_ff, options)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
 
     def layers(self, d_model: int, d_ff: int, options: object) -> tuple[nn.Module, nn.Module]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from vlattn.layers.dropout import Dropout
+
 
 class StdLayerNorm(nn.Module):
     """LayerNorm as MCAN's released code computes it (``net_utils.LayerNorm``): the *unbiased* standard
@@ -31,7 +33,7 @@ class PostNorm(nn.Module):
 
     def __init__(self, d_model: int, dropout: float = 0.0, norm: nn.Module | None = None) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm = norm if norm is not None else nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ accuracy (A@Attr).
   Colour words that modify nothing the lexicon knows are not counted. The CATT paper reports "the accuracy of these
   words" without a finer definition; this is ours.
 
-Words are matched on the caption's PTB tokens (:func:`vlattn.data.text.tokenize`). A word the lexicon lacks is
+Words are matched on the caption's PTB tokens (:func:`vlattn.text.tokenize`). A word the lexicon lacks is
 also tried in a singular form (``-s``, ``-es``, ``-ies`` -> ``-y``, a few irregular plurals), as CHAIR singularises
 caption words.
 This module holds the definitions only; the lexicons and ground truth of a data set are in
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.errors import DataError
 
 GENERIC = "<any>"  # the "object" of a colour word before a generic noun

@@ -1,4 +1,4 @@
-"""The CIDEr-D reward for self-critical sequence training (issue 4).
+"""The CIDEr-D reward for self-critical sequence training.
 
 Document frequencies come from the *training* references, built once and cached on disk, in one of the two
 conventions of the anchors:

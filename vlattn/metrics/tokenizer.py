@@ -4,7 +4,7 @@ Two interchangeable backends:
 
 - ``"java"``: the Stanford PTBTokenizer from the ``stanford-corenlp-3.4.1.jar`` bundled with pycocoevalcap,
   run once per call with ``-preserveLines -lowerCase`` over one caption per line;
-- ``"python"``: :func:`vlattn.data.text.ptb_lines`, a re-implementation of that lexer (no Java needed). It
+- ``"python"``: :func:`vlattn.text.ptb_lines`, a re-implementation of that lexer (no Java needed). It
   agrees with the jar token for token except on exotic Unicode listed in ``docs/tokenization.md``;
 - ``"auto"``: Java when both ``java`` and the jar are present, else Python.
 
@@ -20,7 +20,7 @@ import subprocess
 import unicodedata
 from typing import Any, Hashable, Iterable, Mapping, Sequence, TypeVar
 
-from vlattn.data.text import finish_line, one_line, ptb_lines
+from vlattn.text import finish_line, one_line, ptb_lines
 from vlattn.metrics._java import find_jar
 
 K = TypeVar("K", bound=Hashable)

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, KeyValueSource, KVCache, Site, StaticKVCache, site_cache
 from vlattn.attention.cache import reorder_state
+from vlattn.layers.dropout import Dropout
 from vlattn.models.encoder import Memory
 
 Memories = Mapping[str, Memory]
@@ -168,7 +169,7 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         self.embed = embed
         self.positions = positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(layers)
         self.output = output
         self.pad_id = pad_id

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from vlattn.attention import AttentionContext, Site
 from vlattn.layers import BoxGeometry
+from vlattn.layers.dropout import Dropout
 
 
 @dataclass
@@ -117,4 +118,4 @@ class TransformerEncoder(nn.Module):
 
 def region_projection(feature_dim: int, d_model: int, dropout: float) -> nn.Sequential:
     """The input projection of the region encoder: Linear(D->d) + ReLU + dropout + LayerNorm (M2 Sec. 3.1)."""
-    return nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(), nn.Dropout(dropout), nn.LayerNorm(d_model))
+    return nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(), Dropout(dropout), nn.LayerNorm(d_model))

@@ -58,6 +58,7 @@ from vlattn.attention import AttentionContext, Site
 from vlattn.config import MAX_HEADS, MAX_LAYERS, ModelConfig, bounded, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry, PostNorm, build_feed_forward
+from vlattn.layers.dropout import Dropout
 from vlattn.models.encoder import EncoderLayer
 from vlattn.models.init import bert_init
 from vlattn.models.transformer import Parts, first_set
@@ -97,7 +98,7 @@ class WordEmbeddings(nn.Module):
         self.position = nn.Embedding(max_positions, d_model, padding_idx=0)
         self.token_type = nn.Embedding(token_types, d_model, padding_idx=0)
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, token_types: Tensor | None = None) -> Tensor:
         """``ids`` (B, L) and optional ``token_types`` (B, L) (default all 0) -> (B, L, d)."""
@@ -116,7 +117,7 @@ class RegionEmbedding(nn.Module):
         self.feature_norm = nn.LayerNorm(d_model, eps=eps)
         self.box_proj = nn.Linear(BOX_DIM, d_model)
         self.box_norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, features: Tensor, boxes: Tensor) -> Tensor:
         return self.dropout((self.feature_norm(self.feature_proj(features)) + self.box_norm(self.box_proj(boxes))) / 2)

@@ -1,6 +1,6 @@
 """Model profiling for ``vlattn profile``: trainable parameters, FLOPs of one XE training step and of one
-cached decoding step (``torch.utils.flop_counter.FlopCounterMode``; the fused CPU attention kernel counted
-through :data:`SDPA_CPU_FLOPS`), a model's backbone layers, and measured latency.
+cached decoding step (``torch.utils.flop_counter.FlopCounterMode`` with :data:`FLOP_FORMULAS`), a model's backbone
+layers, and measured latency.
 
 Inputs are random tensors of the given shapes: ``batch`` images of ``regions`` x ``feature_dim`` features,
 captions of ``length`` tokens over a vocabulary of ``vocab`` ids. The model must implement
@@ -13,12 +13,14 @@ multiply-adds in one teacher-forced forward pass of one sample (:func:`backbone_
 pass, e.g. a VQA model answering one question).
 
 torch's counter has no formula for the fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``
-and its backward), so every count here adds the two attention products of SDPA (Q K^T and A V) through
-:data:`SDPA_CPU_FLOPS`.
+and its backward) nor for oneDNN's linear on a packed weight (``mkldnn._linear_pointwise``, what
+:class:`~vlattn.layers.packed.PackedLinear` runs), so every count here goes through :data:`FLOP_FORMULAS`: the two
+attention products of SDPA (Q K^T and A V) and the linear's product, counted as the ``addmm`` it replaces.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 from vlattn.attention.sla import GridPositionalBias
 from vlattn.errors import ConfigError
+from vlattn.layers.packed import ONEDNN_LINEAR
 
 
 def _sdpa_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
@@ -43,11 +46,20 @@ def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *a
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def onednn_linear_flops(x_shape, weight_shape, *args, **kwargs) -> int:
+    """FLOPs of oneDNN's linear, x (..., in) by a weight (out, in): ``addmm``'s count, 2 x rows x in x out (the
+    packed weight keeps the logical (out, in) shape)."""
+    return 2 * math.prod(x_shape[:-1]) * x_shape[-1] * weight_shape[0]
+
+
 # formulas torch's FlopCounterMode lacks (shape arguments in the op's order)
 SDPA_CPU_FLOPS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flops,
 }
+FLOP_FORMULAS = (
+    {**SDPA_CPU_FLOPS, torch.ops.mkldnn._linear_pointwise: onednn_linear_flops} if ONEDNN_LINEAR else SDPA_CPU_FLOPS
+)
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -91,7 +103,7 @@ def backbone_madds_of(model: nn.Module, run: Callable[[], object]) -> int | None
         return None
     names = {id(module): name for name, module in model.named_modules()}
     layers = {f"{type(model).__name__}.{names[id(layer)]}" for layer in model.backbone_layers()}
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS) as counter:
         run()
     counts = counter.get_flop_counts()
     return sum(sum(counts[name].values()) for name in layers) // 2
@@ -141,7 +153,7 @@ def decode_step(model: nn.Module, inputs: dict[str, Tensor]) -> Callable[[], Non
 
 def count_flops(run: Callable[[], None]) -> int:
     """Total FLOPs of ``run()``."""
-    with FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counter:
+    with FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS) as counter:
         run()
     return counter.get_total_flops()
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import SPECIALS
 from vlattn.data.word_vectors import read_word_vectors
 from vlattn.errors import ConfigError
-from vlattn.training.prepare import PrepareResources
+from vlattn.layers.dropout import Dropout
 
 
 class QuestionEncoder(nn.Module):
@@ -36,7 +37,7 @@ class QuestionEncoder(nn.Module):
                  bidirectional: bool = False, embedding_dropout: float = 0.0) -> None:
         super().__init__()
         self.word_embedding = nn.Embedding(num_words, word_dim, padding_idx=pad_id)
-        self.word_dropout = nn.Dropout(embedding_dropout) if embedding_dropout else nn.Identity()
+        self.word_dropout = Dropout(embedding_dropout) if embedding_dropout else nn.Identity()
         self.lstm = nn.LSTM(word_dim, hidden, batch_first=True, bidirectional=bidirectional)
 
     def forward(self, questions: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from vlattn.attention.mha import masked_softmax
+from vlattn.layers.dropout import Dropout
 
 
 class AttentionalReduction(nn.Module):
@@ -23,7 +24,7 @@ class AttentionalReduction(nn.Module):
 
     def __init__(self, d_model: int, hidden: int, glimpses: int, out_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(d_model, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, glimpses))
+        self.mlp = nn.Sequential(nn.Linear(d_model, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, glimpses))
         self.merge = nn.Linear(d_model * glimpses, out_dim)
 
     def weights(self, x: Tensor, mask: Tensor) -> Tensor:

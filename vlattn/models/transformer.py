@@ -27,11 +27,11 @@ from torch import Tensor, nn
 
 from vlattn.attention import AttentionDims, Site, build_attention, check_placement
 from vlattn.attention.cache import reorder_state
-from vlattn.decoding.active import image_rows
 from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
+from vlattn.layers.rows import image_rows
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder, regroup
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
 

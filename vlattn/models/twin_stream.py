@@ -65,6 +65,7 @@ from vlattn.attention.stacked import AttentionUnit, stacked_keys
 from vlattn.config import MAX_WIDTH, ModelConfig, Spec, bounded, lookup, parse_options, spec
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
+from vlattn.layers.dropout import Dropout
 from vlattn.layers.pooling import masked_mean
 from vlattn.models.init import glorot
 from vlattn.models.question import QuestionEncoder, question_encoder
@@ -258,7 +259,7 @@ def build_twin_stream(cfg: ModelConfig, vocab_size: int, num_answers: int, pad_i
     visual = make_stream(unit_options, visual_dim, text_dim, positional=True, **sizes)
     textual = make_stream(unit_options, text_dim, visual_dim, positional=False, **sizes)
     classifier = nn.Sequential(
-        nn.ReLU(), nn.Linear(2 * options.fusion_dim, options.fusion_dim), nn.ReLU(), nn.Dropout(cfg.dropout),
+        nn.ReLU(), nn.Linear(2 * options.fusion_dim, options.fusion_dim), nn.ReLU(), Dropout(cfg.dropout),
         nn.Linear(options.fusion_dim, num_answers),
     )
     model = TwinStreamVQA(question, visual, textual, classifier, box_input=cfg.box_input,

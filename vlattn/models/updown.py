@@ -71,11 +71,12 @@ from vlattn.attention import (
     site_cache,
 )
 from vlattn.config import MAX_WIDTH, ModelConfig, bounded, parse_options
-from vlattn.decoding.active import image_rows
 from vlattn.errors import ConfigError
 from vlattn.layers import BoxGeometry
 from vlattn.layers.boxes import BOX_CHANNELS, with_box_channels
+from vlattn.layers.dropout import Dropout
 from vlattn.layers.pooling import masked_mean
+from vlattn.layers.rows import image_rows
 from vlattn.models.decoder import per_image, regroup
 from vlattn.models.transformer import first_set
 
@@ -149,7 +150,7 @@ class UpDownCaptioner(nn.Module):
         self.attention_lstm = attention_lstm
         self.attention = attention
         self.language_lstm = language_lstm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = output
         self.box_input = box_input
         self.use_cache = use_cache
@@ -260,7 +261,7 @@ class UpDownCaptioner(nn.Module):
 
 def embedding_layer(input_dim: int, output_dim: int, dropout: float) -> nn.Sequential:
     """self-critical.pytorch's feature embeddings: Linear + ReLU + dropout."""
-    return nn.Sequential(nn.Linear(input_dim, output_dim), nn.ReLU(), nn.Dropout(dropout))
+    return nn.Sequential(nn.Linear(input_dim, output_dim), nn.ReLU(), Dropout(dropout))
 
 
 @dataclass
@@ -277,7 +278,7 @@ class VariantParts:
 def paper_parts(feature_dim: int, hidden: int, dropout: float, embed_dropout: float | None) -> VariantParts:
     """Raw features and their mean (Eq. 2-6; the released Caffe code); the embedded words as they are unless
     ``embed_dropout`` is set."""
-    word_input = nn.Identity() if not embed_dropout else nn.Dropout(embed_dropout)
+    word_input = nn.Identity() if not embed_dropout else Dropout(embed_dropout)
     return VariantParts(word_input, nn.Identity(), nn.Identity(), feature_dim, feature_dim)
 
 
@@ -285,7 +286,7 @@ def self_critical_parts(feature_dim: int, hidden: int, dropout: float, embed_dro
     """self-critical.pytorch: ReLU + dropout after the word embedding (``embed_dropout``, default ``dropout``),
     embedded regions and pooled feature."""
     return VariantParts(
-        nn.Sequential(nn.ReLU(), nn.Dropout(first_set(embed_dropout, dropout))),
+        nn.Sequential(nn.ReLU(), Dropout(first_set(embed_dropout, dropout))),
         embedding_layer(feature_dim, hidden, dropout),  # att_embed
         embedding_layer(feature_dim, hidden, dropout),  # fc_embed
         hidden,

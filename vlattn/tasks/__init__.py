@@ -1,18 +1,20 @@
 """Tasks and their registry: one module per task behind the :class:`~vlattn.tasks.base.Task` protocol.
 
 ``TASKS`` maps the config's ``task`` to the task; :func:`train` and :func:`evaluate` dispatch on it, as
-``vlattn train``/``vlattn eval`` do. A new task is one module and one line here.
+``vlattn train``/``vlattn eval`` do, and :func:`check_components` checks the components a config names against the
+registries before either builds anything. A new task is one module and one line here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vlattn.config import Config, lookup
+from vlattn.config import Config, lookup, set_keys, value_at
 from vlattn.errors import ConfigError
+from vlattn.models import model_kind
 from vlattn.tasks.answerer import Answerer
 from vlattn.tasks.base import EvalRequest, ProfileShapes, Task, output_dir
 from vlattn.tasks.captioner import Captioner
@@ -22,6 +24,7 @@ from vlattn.tasks.vqa import VQA
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.distributed import pick_device
 from vlattn.training.rundir import RunDirectory
+from vlattn.training.schedules import check_schedule
 from vlattn.training.stage import Stage, run_stage
 
 TASKS: dict[str, Task] = {"captioning": CAPTIONING, "vqa": VQA, "nlvr2": NLVR2}
@@ -32,6 +35,29 @@ PREDICTORS: dict[str, type[Captioner] | type[Answerer]] = {"captioning": Caption
 def task_of(name: str) -> Task:
     """The registered task ``name``; an unknown name is a ``ConfigError`` naming the ``task`` key."""
     return lookup(TASKS, name, "task", "task")
+
+
+def check_components(cfg: Config, named: Iterable[str] = ()) -> None:
+    """Raise a one-line ``ConfigError`` naming the key for the first invalid component of ``cfg``: the task, the
+    model kind and the task it serves, the keys set (differing from their defaults, or ``named``: given
+    explicitly) that neither the model kind, the task nor any of its stages reads, what the task reads (its
+    :meth:`~vlattn.tasks.base.Task.check`: for captioning the model options, each attention site's mechanism, options
+    and placement, feed-forward) and the schedule of every stage of the task."""
+    task = task_of(cfg.task)
+    kind = model_kind(cfg.model.kind, cfg.task)
+    read = {"task"} | {f"model.{key}" for key in kind.reads} | task.reads
+    for stage in task.stages.values():
+        read |= stage.reads()
+    unread = [key for key in dict.fromkeys([*set_keys(cfg), *sorted(named)]) if key not in read]
+    if unread:
+        model_keys = [key for key in unread if key.startswith("model.")]
+        other = [key for key in unread if not key.startswith("model.")]
+        readers = ([f"model kind {cfg.model.kind!r}"] if model_keys else []) + \
+                  ([f"task {cfg.task!r} (stages: {', '.join(task.stages)})"] if other else [])
+        raise ConfigError(f"config keys never read by {' or '.join(readers)}: {', '.join(unread)} (remove them)")
+    task.check(cfg)
+    for stage in task.stages.values():
+        check_schedule(value_at(cfg, stage.schedule), stage.schedule)
 
 
 def stage_of(task: Task, name: str | None) -> Stage:
@@ -55,7 +81,8 @@ def train(
     the one of the run's checkpoint. Otherwise the stage defaults to the task's first.
     """
     _, chosen = stage_for_run(cfg, run_dir, stage, resume=resume)
-    return run_stage(chosen, cfg, run_dir, overrides=overrides, resume=resume, device=device, init=init)
+    return run_stage(chosen, cfg, run_dir, overrides=overrides, resume=resume, device=device, init=init,
+                     check=check_components)
 
 
 def stage_for_run(cfg: Config | None, run_dir: str | Path, stage: str | None, *, resume: bool) -> tuple[str, Stage]:
@@ -90,6 +117,7 @@ def resume_target(run_dir: str | Path, task: str | None) -> tuple[str, str | Non
 def evaluate(checkpoint: str | Path, request: EvalRequest = EvalRequest()) -> dict[str, Any]:
     """Evaluate a checkpoint (or run directory) of any task; the report's ``task`` names the task."""
     loaded = load_checkpoint(checkpoint)
+    check_components(loaded.config)
     task, show, shown = loaded.config.task, request.show, []
     if show is not None:
         request = dataclasses.replace(request, show=lambda report: shown.append(show({"task": task, **report})))
@@ -103,7 +131,7 @@ def load_predictor(checkpoint: str | Path, device: str = "auto") -> Captioner | 
     """The trained model of a checkpoint (or run directory: its best checkpoint) on ``device``, as its task's
     predictor: a :class:`Captioner` or an :class:`Answerer`."""
     loaded = load_checkpoint(checkpoint)
-    task_of(loaded.config.task)
+    check_components(loaded.config)
     if loaded.config.task not in PREDICTORS:
         raise ConfigError(f"{loaded.path}: a {loaded.config.task} checkpoint; vlattn.load serves "
                           f"{', '.join(PREDICTORS)} models (vlattn eval evaluates this one)")
@@ -123,6 +151,7 @@ __all__ = [
     "EvalRequest",
     "ProfileShapes",
     "Task",
+    "check_components",
     "evaluate",
     "format_report",
     "load_predictor",

@@ -44,6 +44,7 @@ from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
 from vlattn.decoding import PackedOutput, beam_search
 from vlattn.decoding.common import Generator
@@ -52,7 +53,7 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics import CiderDocumentFrequency, CiderReward, evaluate_captions
 from vlattn.metrics.bias import bias_scores
-from vlattn.layers.dropout import use_dropout_mask
+from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import build_captioner, check_model_config
 from vlattn.models.profile import (
     backbone_madds,
@@ -76,7 +77,6 @@ from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.scst import scst_objective
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
@@ -170,7 +170,7 @@ def new_captioner(cfg: Config, vocab_size: int) -> nn.Module:
     """The randomly initialised captioner of ``cfg.model`` over ``vocab_size`` words (the special tokens included),
     with the config's dropout masks."""
     model = build_captioner(cfg.model, vocab_size, pad_id=Vocabulary.PAD)
-    return use_dropout_mask(model, cfg.model.dropout_mask)
+    return set_dropout_mask(model, cfg.model.dropout_mask)
 
 
 # --- decoding and scoring ---------------------------------------------------------------------------------

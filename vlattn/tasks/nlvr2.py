@@ -37,7 +37,7 @@ from vlattn.data.regions import RegionSampler
 from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import ConfigError, DataError
 from vlattn.io import atomic_write_text
-from vlattn.layers.dropout import use_dropout_mask
+from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import model_kind, without_initialisation
 from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.tasks.base import EvalRequest, ProfileShapes, check_feature_dim, output_dir
@@ -102,7 +102,7 @@ def build_model(cfg: Config, num_words: int, store_dim: int | None = None) -> nn
     """The pair model of ``cfg.model`` (two outputs: false, true)."""
     check_feature_dim(cfg.model, store_dim)
     model = model_kind(cfg.model.kind, NLVR2.name).build(cfg.model, num_words, len(LABELS), 0)
-    return use_dropout_mask(model, cfg.model.dropout_mask)
+    return set_dropout_mask(model, cfg.model.dropout_mask)
 
 
 def pair_objective(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:

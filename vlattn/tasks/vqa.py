@@ -47,6 +47,7 @@ from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.regions import RegionSampler
+from vlattn.data.resources import PrepareResources
 from vlattn.data.gqa import load_gqa_split
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -66,7 +67,7 @@ from vlattn.errors import ConfigError, DataError
 from vlattn.data.jsonfiles import write_json
 from vlattn.io import atomic_write_text, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
-from vlattn.layers.dropout import use_dropout_mask
+from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
 from vlattn.models.profile import classifier_profile, random_regions
 from vlattn.scoring.vqa import write_vqa_results
@@ -83,7 +84,6 @@ from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights
 from vlattn.training.distributed import pick_device
 from vlattn.training.loop import Objective, Validator
-from vlattn.training.prepare import PrepareResources
 from vlattn.training.schedules import lr_scale
 from vlattn.training.stage import Stage
 
@@ -248,7 +248,7 @@ def build_model(cfg: Config, words: Vocabulary | WordPieceVocabulary, answers: A
 def new_vqa_model(cfg: Config, vocab_size: int, num_answers: int) -> nn.Module:
     """The randomly initialised VQA model of ``cfg.model`` over ``vocab_size`` question words (the special tokens
     included) and ``num_answers`` candidate answers, with the config's dropout masks."""
-    return use_dropout_mask(build_vqa_model(cfg.model, vocab_size, num_answers, pad_id=Vocabulary.PAD),
+    return set_dropout_mask(build_vqa_model(cfg.model, vocab_size, num_answers, pad_id=Vocabulary.PAD),
                             cfg.model.dropout_mask)
 
 

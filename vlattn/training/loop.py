@@ -38,10 +38,10 @@ from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
 from vlattn.training.logging import RunLog
-
-LOG = logging.getLogger("vlattn.training")
 from vlattn.training.schedules import Schedule
 from vlattn.training.signals import StopSignals, ignore_stop_signals
+
+LOG = logging.getLogger("vlattn.training")
 
 Batch = dict[str, Any]
 Objective = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]

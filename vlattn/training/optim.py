@@ -12,7 +12,7 @@ regularisation, it is a change of the model. :func:`parameter_groups` therefore 
 
 The update runs as PyTorch's fused Adam kernel (one pass over each parameter, its gradient and both moments)
 wherever PyTorch has one (CPU, CUDA, ...; floating-point parameters): the same update as the default
-implementation to float rounding, about 5x faster on one CPU thread (benchmarks/RESULTS.md "Fused Adam (issue 17)":
+implementation to float rounding, about 5x faster on one CPU thread (benchmarks/RESULTS.md "Fused Adam":
 M2's update 0.169 s -> 0.035 s, parameters 2.2e-8 apart after 8 steps; the default update was the largest non-GEMM
 cost of an XE step). The optimiser state (moments, step counts) is the same either way, so a checkpoint of either
 implementation resumes with this one.

@@ -39,6 +39,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vlattn.config import Config, value_at
+from vlattn.data.resources import PrepareResources
 from vlattn.errors import ConfigError, DataError, TrainingInterrupted, VlattnError, one_line
 from vlattn.precision import compile_layers
 from vlattn.training.checkpoint import (
@@ -59,7 +60,7 @@ from vlattn.training.distributed import (
 from vlattn.training.logging import RunLog
 from vlattn.training.loop import Batch, LoopOptions, Objective, Trainer, Validator
 from vlattn.training.optim import build_optimizer
-from vlattn.training.prepare import PrepareResources, prepare_model
+from vlattn.training.prepare import prepare_model
 from vlattn.training.rundir import RunDirectory, Start, report
 from vlattn.training.schedules import Scaled, build_schedule, lr_scale
 
@@ -174,13 +175,15 @@ def check_same_data(recorded: Mapping[str, str] | None, found: Mapping[str, str]
 
 def run_stage(
     stage: Stage, cfg: Config | None, run_dir: str | Path, *, overrides: Sequence[str] = (), resume: bool = False,
-    device: str = "auto", init: str | Path | None = None,
+    device: str = "auto", init: str | Path | None = None, check: Callable[[Config], None] | None = None,
 ) -> dict[str, float]:
     """Train ``stage`` in ``run_dir`` (fresh, resumed, or from ``init`` weights); returns the last validation metrics.
 
     ``cfg``: the configuration given (``--config`` with ``overrides`` applied); on ``resume`` it may be None (the
     run keeps its own) and ``overrides`` (the ``--set`` items) are what changes (:func:`~vlattn.training.rundir.
-    resume_config`). Raises :class:`~vlattn.errors.TrainingInterrupted` when stopped by SIGINT/SIGTERM.
+    resume_config`). ``check``: raises a ``ConfigError`` for a configuration whose components the registries refuse
+    (the tasks' :func:`~vlattn.tasks.check_components`), applied to the run's configuration before anything is
+    written. Raises :class:`~vlattn.errors.TrainingInterrupted` when stopped by SIGINT/SIGTERM.
     """
     ctx = init_distributed(torch.device("cuda") if torch.cuda.is_available() and device != "cpu" else torch.device("cpu"))
     dev = pick_device(device, ctx)
@@ -190,7 +193,10 @@ def run_stage(
         def begin() -> Start:  # rank 0, shared with the other ranks
             run.check_claimable(resume)  # before the lock file is created in a directory that is not the run's
             held.enter_context(run.locked())
-            return run.begin(cfg, overrides, resume=resume)
+            start = run.begin(cfg, overrides, resume=resume)
+            if check is not None:
+                check(start.config)
+            return start
 
         start = on_main(ctx, begin)
         try:

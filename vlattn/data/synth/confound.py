@@ -9,7 +9,7 @@ colour or a size. The realised co-occurrence rates per split are measured by :fu
 Why the evidence knobs exist: with every object drawn clearly, the region extractor (a CNN trained to read colour,
 :mod:`.extractor`) puts each object's colour into its feature, so a captioner names a circle's colour from the
 feature and never needs the training prior "circles are red" — the confound biases nothing (with clear objects
-the baseline's colour words were 98% correct). Real detector features are ambiguous, and captioners fall back on
+the baseline's colour words are 98% correct). Real detector features are ambiguous, and captioners fall back on
 co-occurrence (CATT, Table 2: A@Attr 41-56%, CHAIR_s 12-13.5 for the baselines). Two knobs make the synthetic
 features ambiguous in the same way, in every split alike (so the evidence is as weak at test as in training):
 

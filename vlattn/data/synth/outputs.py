@@ -12,7 +12,7 @@ from vlattn.data import vqa
 from vlattn.data.features import write_memmap
 from vlattn.data.jsonfiles import write_json
 from vlattn.data.karpathy import SPLITS, ImageEntry, write_coco_captions, write_karpathy
-from vlattn.data.text import tokenize
+from vlattn.text import tokenize
 from vlattn.io import atomic_write_text, state_sha256
 
 from .confound import Confound, cooccurrence

@@ -52,12 +52,12 @@ def dictionary(
 
     from vlattn.catt.dictionary import fit_entries
     from vlattn.catt.files import default_dictionary_path, replaceable_dictionary, write_dictionary
-    from vlattn.config import load_config
+    from vlattn.validation import load_valid_config
     from vlattn.errors import ConfigError, DataError
     from vlattn.tasks import stage_of, task_of
     from vlattn.training.checkpoint import load_checkpoint, load_weights
 
-    cfg = load_config(config, overrides or [])
+    cfg = load_valid_config(config, overrides or [])
     if data is not None:
         cfg.data.root = str(data)
     target = out if out is not None else default_dictionary_path(cfg.data.root, source.value, size)

@@ -2,7 +2,7 @@
 
 ``tokenize`` gives, token for token, what the COCO caption evaluation code (pycocoevalcap) gives: the Stanford
 PTB tokenizer of ``stanford-corenlp-3.4.1.jar`` run with ``-preserveLines -lowerCase`` (re-implemented in
-:mod:`vlattn.data.ptb`), then pycocoevalcap's post-processing of each output line: ``line.rstrip().split(" ")``
+:mod:`vlattn.text.ptb`), then pycocoevalcap's post-processing of each output line: ``line.rstrip().split(" ")``
 and removal of the tokens in :data:`PTB_PUNCTUATION`. Its behaviour, quirks of the reference pipeline included:
 
 - lowercase; clitics are split off: ``dog's -> dog 's``, ``can't -> ca n't``, ``cannot -> can not``,
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from vlattn.data.ptb import split_lines
+from vlattn.text.ptb import split_lines
 
 # The punctuation tokens removed by pycocoevalcap's PTBTokenizer after tokenisation.
 PTB_PUNCTUATION: frozenset[str] = frozenset(

@@ -1,0 +1,1 @@
+"""Sub-commands of ``vlattn`` that drive a task (the top-level app, :mod:`vlattn.cli`, mounts them)."""
