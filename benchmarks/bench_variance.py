@@ -226,21 +226,21 @@ def requirements(results: dict[Job, dict], floor: dict[str, float]) -> list[str]
         xe, scst = values(preset, "XE CIDEr-D"), values(preset, "SCST CIDEr-D")
         if xe and constant:
             sd = statistics.stdev(xe) if len(xe) > 1 else float("nan")
-            lines.append(f"- {preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
+            lines.append(f"{preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
                          f"{min(xe) / constant:.2f}x the constant caption (>= 2x: {verdict(min(xe) >= 2 * constant)})")
         if scst and constant:
-            lines.append(f"- {preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
+            lines.append(f"{preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
                          f"(>= 3x: {verdict(min(scst) >= 3 * constant)})")
     overall = values("demo-vqa", "overall")
     if overall and "majority overall" in floor:
         margin = min(overall) - floor["majority overall"]
-        lines.append(f"- demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
+        lines.append(f"demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
                      f"(>= +25: {verdict(margin >= 25)})")
         for key, prior in floor.items():
             if key.startswith("majority type "):
                 kind = key.removeprefix("majority ")
                 low = min(values("demo-vqa", kind))
-                lines.append(f"- demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
+                lines.append(f"demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
     return lines
 
 
@@ -275,7 +275,7 @@ def main() -> int:
     floor = floors(work, args.presets, jobs)
     lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()), ""]
     targets = requirements(results, floor)
-    lines += ["Targets over all runs:", *targets, ""] if targets else []
+    lines += ["Targets over all runs: " + "; ".join(targets) + ".", ""] if targets else []
     seconds = [r["seconds"] for r in results.values() if r["seconds"] is not None]
     if seconds:
         lines.append(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, "

@@ -123,9 +123,9 @@ def test_targets(bench) -> None:
              "majority type other": 17.0}
     lines = bench.requirements(results, floor)
     # XE: sd of (0.8, 0.7) = 0.070711 > 0.05; min 0.7 = 1.75x < 2x; SCST min 1.3 = 3.25x >= 3x
-    assert lines[0] == ("- demo XE: sd 0.0707 (<= 0.05: NOT met); min 0.7000 = 1.75x the constant caption "
+    assert lines[0] == ("demo XE: sd 0.0707 (<= 0.05: NOT met); min 0.7000 = 1.75x the constant caption "
                         "(>= 2x: NOT met)")
-    assert lines[1] == "- demo SCST: min 1.3000 = 3.25x the constant caption (>= 3x: met)"
-    assert lines[2] == "- demo-vqa overall: min 70.00 = majority +20.00 points (>= +25: NOT met)"
-    assert lines[3:] == ["- demo-vqa type yes/no: min 74.00 vs majority 75.00 (NOT met)",
-                         "- demo-vqa type other: min 90.00 vs majority 17.00 (met)"]
+    assert lines[1] == "demo SCST: min 1.3000 = 3.25x the constant caption (>= 3x: met)"
+    assert lines[2] == "demo-vqa overall: min 70.00 = majority +20.00 points (>= +25: NOT met)"
+    assert lines[3:] == ["demo-vqa type yes/no: min 74.00 vs majority 75.00 (NOT met)",
+                         "demo-vqa type other: min 90.00 vs majority 17.00 (met)"]
