@@ -1,5 +1,5 @@
-"""Trainable parameters of Transformer+CATT (vlattn/presets/catt.yaml), MCAN+CATT (vlattn/presets/vqa-catt.yaml) and BUTD+CATT
-(vlattn/presets/updown-catt.yaml) beside the model without CATT of the same shape (for BUTD+CATT: vlattn/presets/updown.yaml),
+"""Trainable parameters of Transformer+CATT (vlattn/presets/catt.yaml), MCAN+CATT (vlattn/presets/vqa-catt.yaml),
+LXMERT+CATT (vlattn/presets/vqa-lxmert-catt.yaml) and BUTD+CATT (vlattn/presets/updown-catt.yaml) beside the model without CATT of the same shape (for BUTD+CATT: vlattn/presets/updown.yaml),
 with the increment split into its parts, against the CATT paper's statement
 (supplementary Sec. 9: with IS-ATT and CS-ATT sharing their parameters, "the increments of the trainable parameters
 only come from the global image and word embedding dictionaries"; the paper gives no totals). Written to
@@ -18,7 +18,9 @@ from vlattn.config import ModelConfig, load_config
 from vlattn.models import build_captioner, build_vqa_model
 
 WORDS, ANSWERS = 10201, 3129  # COCO Karpathy vocabulary (words seen >= 5 times); VQA v2 candidate answers
-CATT_OPTIONS = ("image_dictionary", "word_dictionary", "share", "fusion")
+CATT_OPTIONS = ("image_dictionary", "word_dictionary", "share", "fusion", "dictionary_space", "cross_queries",
+                "chain_cross")
+WORDPIECES = 30522  # LXMERT's bert-base-uncased vocabulary
 VARIANTS = {  # row -> options over the preset's
     "shared, concat (paper)": {},
     "shared, concat_linear (released code's fc)": {"fusion": "concat_linear"},
@@ -29,7 +31,8 @@ BUTD_VARIANTS = {  # row -> options of the top-down site's catt_additive over vl
     "shared, concat": {"share": True},
     "unshared, concat_linear": {"fusion": "concat_linear"},
 }
-SECOND_STREAM = ("cross_sample", "cross_encoder", "cross_decoder")  # the CS stream's own layers (w/o Share)
+SECOND_STREAM = ("cross_sample", "cross_encoder", "cross_decoder",  # the CS stream's own layers (w/o Share)
+                 "cs_language_layers", "cs_object_layers", "cs_cross_layers")
 
 
 def count(model: nn.Module, keep=lambda name: True) -> int:
@@ -40,12 +43,12 @@ def build(cfg: ModelConfig) -> nn.Module:
     with torch.device("meta"):
         if cfg.kind in ("catt", "transformer", "updown"):
             return build_captioner(cfg, WORDS)
-        return build_vqa_model(cfg, WORDS, ANSWERS)
+        return build_vqa_model(cfg, WORDPIECES if cfg.kind.startswith("lxmert") else WORDS, ANSWERS)
 
 
 def baseline(cfg: ModelConfig) -> ModelConfig:
     """The model without CATT: the Transformer of the same shape, or MCAN with MCAN's options."""
-    kind = {"catt": "transformer", "mcan_catt": "mcan"}[cfg.kind]
+    kind = {"catt": "transformer", "mcan_catt": "mcan", "lxmert_catt": "lxmert"}[cfg.kind]
     options = {} if kind == "transformer" else {k: v for k, v in cfg.options.items() if k not in CATT_OPTIONS}
     return replace(cfg, kind=kind, options=options)
 
@@ -70,6 +73,11 @@ def main() -> None:
         cfg = load_config(preset).model
         for variant, options in VARIANTS.items():
             rows.append(row(f"{label}, {variant}", replace(cfg, options={**cfg.options, **options})))
+    lxmert = load_config("vqa-lxmert-catt").model
+    for variant, options in VARIANTS.items():
+        rows.append(row(f"LXMERT+CATT 9+5+5, d=768, {variant}", replace(lxmert, options={**lxmert.options, **options})))
+    rows.append(row("LXMERT+CATT, the released code's options (vlattn/presets/vqa-lxmert-catt-official.yaml)",
+                    load_config("vqa-lxmert-catt-official").model))
     butd, updown = load_config("updown-catt").model, load_config("updown").model
     site = butd.decoder_cross_attention
     for variant, options in BUTD_VARIANTS.items():
@@ -103,6 +111,12 @@ parameter of the increment is accounted for:
 - MCAN+CATT's word dictionary lives in MCAN's 300-d word-embedding space (500 x 300, entered through the
   question LSTM), its image dictionary in the 2048-d region space.
 - `w/o Share` (Table 6) adds a second copy of every encoder and decoder layer (the CS layers column).
+- LXMERT+CATT (base: LXMERT of vlattn/presets/vqa-lxmert.yaml, {WORDPIECES:,} WordPieces): the dictionaries 500 x
+  2048 (image, region-feature space) + 500 x 768 (word, WordPiece-embedding space) = {500 * 2048 + 500 * 768:,}; the
+  reader is the pooler, Linear(2 x 768 -> 768) over [Z^; X^] under `concat` (+768 x 768 = {768 * 768:,}; the heads
+  read the pooled vector, unchanged), or the released `fc_lang` and `fc_visn`, 2 x (2 x 768 x 768 + 768) =
+  {2 * (2 * 768 * 768 + 768):,}, under `concat_linear`; the released options keep both dictionaries in the 768-d
+  hidden space (2 x 500 x 768).
 - BUTD+CATT (vlattn/presets/updown-catt.yaml beside vlattn/presets/updown.yaml): the image dictionary 1000 x 2048 =
   {1000 * 2048:,}; the language LSTM reads [Z^; X^; h^1] instead of [v^; h^1], so its input weights widen by one
   2048-d vector: 4 x 1024 x 2048 = {4 * 1024 * 2048:,} (the reader column); unshared (our reading, docs/catt.md),

@@ -255,6 +255,8 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "catt": {"options": {"image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
     "mcan_catt": {"options": {"word_dim": 10, "image_dictionary": {"size": 5}, "word_dictionary": {"size": 6}}},
     "lxmert": {"options": {"object_layers": 1}},
+    "lxmert_catt": {"options": {"object_layers": 1, "image_dictionary": {"size": 5, "init": "random"},
+                                "word_dictionary": {"size": 6, "init": "random"}}},
 }
 
 
@@ -287,6 +289,15 @@ KIND_VARIANTS: list[ModelCase] = [
         "box_input": True,
     }),
     ModelCase("lxmert", label="unshared", overrides={"options": {"object_layers": 1, "share_cross_attention": False}}),
+    ModelCase("lxmert", label="lw-3x", overrides={
+        **{site: Spec("gmha", {"groups": 2, "expansion": 3}) for site in
+           ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")},
+        "feed_forward": Spec("gffn", {"groups": 2}), "options": {"object_layers": 1}}),
+    ModelCase("lxmert_catt", label="unshared", overrides={
+        "options": {**KIND_DEFAULTS["lxmert_catt"]["options"], "share": False, "share_cross_attention": False}}),
+    ModelCase("lxmert_catt", label="official", overrides={"options": {
+        **KIND_DEFAULTS["lxmert_catt"]["options"], "fusion": "concat_linear", "dictionary_space": "hidden",
+        "cross_queries": "stream", "chain_cross": False}}),
     ModelCase("mcan_catt", label="unshared", overrides={
         "options": {**KIND_DEFAULTS["mcan_catt"]["options"], "share": False}}),
     # SLA without its box-reading positional bias places where no boxes are passed (its capabilities follow its

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import vlattn
 from vlattn.cli import app
+from vlattn.config import load_config
 from vlattn.data.vqa import collate_vqa, load_questions
 from vlattn.errors import DataError
 from vlattn.importers import import_checkpoint
@@ -147,3 +148,42 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
         (tmp_path / "empty").mkdir()
         import_checkpoint("lxmert-hf", tmp_path / "empty", None, tmp_path / "e")
     assert not any((tmp_path / name).exists() for name in "abcde")
+
+
+@pytest.mark.parametrize("preset", ["vqa-lxmert-catt", "vqa-lw-lxmert"])
+def test_variants_load_the_fitting_weights_and_initialise_the_rest(tmp_path: Path, tiny_vqa: Path, preset: str) -> None:
+    """``--config`` an LXMERT variant: its kind, sites and options with the checkpoint's sizes; every tensor whose
+    name and shape fit is loaded (the rest listed in import.json). LXMERT+CATT's in-sample stream is then the
+    released LXMERT itself: its half of the language output equals the plain import's output."""
+    reference = reference_model()
+    source = hf_directory(tmp_path / "hf", reference)
+    plain_record = import_checkpoint("lxmert-hf", source, None, tmp_path / "plain")
+    assert "initialised" not in plain_record  # the plain import is strict
+    record = import_checkpoint("lxmert-hf", source, None, tmp_path / "variant", base=load_config(preset))
+    variant, plain = load_checkpoint(tmp_path / "variant"), load_checkpoint(tmp_path / "plain")
+    assert (variant.config.model.d_model, variant.config.model.encoder_layers) == (32, 2)  # the checkpoint's sizes
+    words, answers = checkpoint_vocabularies(plain)
+    models = {name: load_model(c, words, answers, DIM, torch.device("cpu")) for name, c in
+              (("variant", variant), ("plain", plain))}
+    state, own = models["plain"].state_dict(), models["variant"].state_dict()
+    loaded = {name for name in own if name in state and own[name].shape == state[name].shape}
+    assert record["loaded"] == len(loaded) and record["initialised"] == sorted(set(own) - loaded)
+    assert all(torch.equal(own[name], state[name]) for name in loaded)
+    if preset == "vqa-lxmert-catt":
+        assert variant.config.model.kind == "lxmert_catt"
+        options = variant.config.model.options
+        assert options["image_dictionary"]["init"] == options["word_dictionary"]["init"] == "random"
+        assert record["initialised"] == ["encoder.image_dictionary.entries", "encoder.pooler.weight",
+                                         "encoder.word_dictionary.entries"]
+        assert record["not_loaded"] == ["encoder.pooler.weight (32, 32)"]
+        entries = own["encoder.image_dictionary.entries"]
+        assert entries.shape == (500, DIM) and 0 <= entries.min() and entries.max() < 0.01  # U(0, 0.01)
+        x = {"questions": torch.tensor([[2, 4, 5, 6, 3]]), "question_mask": torch.ones(1, 5, dtype=torch.bool),
+             "features": torch.randn(1, 4, DIM), "boxes": torch.rand(1, 4, 4), "region_mask": torch.ones(1, 4, dtype=torch.bool)}
+        with torch.no_grad():
+            torch.testing.assert_close(models["variant"].encode(x).language[..., :32], models["plain"].encode(x).language)
+    else:
+        assert variant.config.model.encoder_self_attention.name == "gmha"
+        grouped = ("q_proj", "k_proj", "v_proj", "ffn.fc2")
+        assert record["initialised"] == sorted(n for n in own if any(f"{g}." in n for g in grouped))
+        assert any(".ffn.fc1." in n for n in loaded) and any(".out_proj." in n for n in loaded)

@@ -305,7 +305,9 @@ def import_checkpoint(
         "trainval_label2ans.json); default: config.json's id2label."),
     config: Optional[str] = typer.Option(
         None, "--config", "-c", help="Preset or YAML whose data/train/eval sections the run uses (default: the released "
-        "evaluation settings); the model section comes from the checkpoint."),
+        "evaluation settings); the model section comes from the checkpoint (lxmert-hf: an LXMERT-family config keeps "
+        "its kind, sites and options, e.g. vqa-lxmert-catt, vqa-lw-lxmert: the fitting tensors load, the rest are "
+        "initialised and listed in import.json)."),
 ) -> None:
     """Convert another project's released checkpoint into a vlattn run directory (for eval, caption, answer, SCST)."""
     from vlattn.validation import load_valid_config

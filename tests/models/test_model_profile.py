@@ -52,7 +52,7 @@ def test_latency_reports_milliseconds() -> None:
 MODEL_SIZES = {"feature_dim": 12, "d_ff": 32}
 LAYERS = 2
 OPTION_SIZES = {"embed_dim": 8, "attention_dim": 8, "word_dim": 8, "flat_hidden": 8, "flat_out": 16, "lstm_dim": 8,
-                "fusion_dim": 16}
+                "fusion_dim": 16, "object_layers": LAYERS}
 DICTIONARY_SIZE, MEMORY_SLOTS = 5, 3
 
 

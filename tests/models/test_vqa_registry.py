@@ -74,7 +74,14 @@ def test_answers_depend_on_image_and_question(case: VQAModelCase) -> None:
 
 def test_gradients_reach_every_parameter(case: VQAModelCase) -> None:
     model, inputs = case.build().train(), tiny_vqa_inputs()
-    model(inputs).logsumexp(-1).sum().backward()
+    loss = model(inputs).logsumexp(-1).sum()
+    if case.kind.startswith("lxmert"):
+        # LXMERT's answer head reads the pooled first word only; the vision output (what its pretraining heads
+        # read) is the sole reader of the last layer's region streams and, in LXMERT+CATT, of every other layer's
+        # cross-sample stream (docs/catt.md, "LXMERT+CATT")
+        vision = model.encode(inputs).vision  # a LayerNorm output: its plain sum would be constant, so weigh it
+        loss = loss + (vision * torch.randn(vision.shape, generator=torch.Generator().manual_seed(0))).sum()
+    loss.backward()
     reduction_biases = {f"{name}.mlp.3.bias" for name, module in model.named_modules()
                         if isinstance(module, AttentionalReduction)}
     for name, parameter in model.named_parameters():
@@ -83,11 +90,6 @@ def test_gradients_reach_every_parameter(case: VQAModelCase) -> None:
             # the bias of the reduction's last layer shifts every logit of a softmax alike: no gradient (it is
             # in the released model and its parameter count)
             assert grad is not None and grad.abs().max() < 1e-6, name
-            continue
-        last_cross = f"encoder.cross_layers.{len(model.encoder.cross_layers) - 1}" if case.kind == "lxmert" else ""
-        if last_cross and name.startswith((f"{last_cross}.vision.", f"{last_cross}.visual_cross")):
-            # LXMERT's heads read the pooled first word: the last layer's region stream feeds only the vision output
-            assert grad is None or not grad.any(), name
             continue
         if name == "encoder.words.token_type.weight":
             # LXMERT's questions are all token type 0, the table's padding row (the released BertEmbeddings): none
@@ -178,7 +180,7 @@ def test_options_and_kind_errors() -> None:
         valid_config({"task": "vqa", "model": {"kind": "mcan", "options": {"layer_norm": "x"}}})
     with pytest.raises(ConfigError, match=r"model\.options\.flat_glimpses: must be >= 1"):
         valid_config({"task": "vqa", "model": {"kind": "mcan", "options": {"flat_glimpses": 0}}})
-    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, lxmert, m2, mcan, mcan_catt, transformer"):
+    with pytest.raises(ConfigError, match=r"model\.kind: unknown model kind 'nope'; valid names: catt, lxmert, lxmert_catt, m2, mcan, mcan_catt, transformer"):
         valid_config({"task": "vqa", "model": {"kind": "nope"}})
 
 

@@ -133,3 +133,25 @@ def test_create_model_from_the_nlvr2_preset() -> None:
     assert model.images == 2 and model.head[-1].out_features == 2 and model.encoder.words.word.num_embeddings == 40
     with pytest.raises(ConfigError, match="num_answers: an NLVR2 model has 2 outputs"):
         vlattn.create_model("nlvr2-lxmert", vocab_size=40, num_answers=5)
+
+
+VQA_FILES = ["--set", "data.questions=vqa/questions_{split}.json", "--set", "data.annotations=vqa/annotations_{split}.json",
+             "--set", "data.vqa_splits={train: [train], val: [val], test: [test]}", "--set", "data.answer_min_count=1"]
+
+
+def test_lxmert_catt_fine_tunes_with_kmeans_dictionaries(synth: Path, tmp_path: Path) -> None:
+    """vqa-lxmert-catt end to end: the fresh run's prepare step fits both dictionaries by k-means (the image one
+    over the synthetic regions, the word one over the WordPiece table weighted by the questions' pieces)."""
+    run = tmp_path / "catt"
+    report = train_and_eval("vqa-lxmert-catt", synth, run, *VQA_FILES,
+                            "--set", "model.options.image_dictionary.size=6", "--set", "model.options.word_dictionary.size=5")
+    assert report["task"] == "vqa" and 0.0 <= report["overall"] <= 100.0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    prepared = next(r["modules"] for r in records if r["kind"] == "prepare")
+    assert "encoder.word_dictionary" in prepared and "encoder.image_dictionary" in prepared
+
+
+def test_lw_lxmert_fine_tunes_with_the_scaled_rate(synth: Path, tmp_path: Path) -> None:
+    report = train_and_eval("vqa-lw-lxmert", synth, tmp_path / "lw", *VQA_FILES,
+                            "--set", "train.schedule.options.lr=7.0710678e-4")  # x sqrt(2) = the 1e-3 of the others
+    assert report["task"] == "vqa" and 0.0 <= report["overall"] <= 100.0

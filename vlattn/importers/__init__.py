@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vlattn.config import Config, lookup, save_config
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
@@ -59,6 +61,26 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A partial load: how many tensors ``loaded``, the model's parameters left ``initialised`` and the checkpoint
+    tensors that did not fit (``unfit``, with their shapes)."""
+
+    loaded: int
+    initialised: list[str]
+    unfit: list[str]
+
+
+def load_fitting(model: torch.nn.Module, state: dict[str, Any]) -> Fit:
+    """Load the tensors of ``state`` whose name and shape are the model's; the model keeps its own values for the
+    rest."""
+    own = model.state_dict()
+    fitting = {name: tensor for name, tensor in state.items() if name in own and own[name].shape == tensor.shape}
+    model.load_state_dict(fitting, strict=False)
+    unfit = [f"{name} {tuple(tensor.shape)}" for name, tensor in sorted(state.items()) if name not in fitting]
+    return Fit(len(fitting), sorted(set(own) - set(fitting)), unfit)
+
+
 def import_checkpoint(
     fmt: str, checkpoint: str | Path, word_list: str | Path | None, out: str | Path, *, heads: int | None = None,
     base: Config | None = None, answers: str | Path | None = None,
@@ -73,12 +95,16 @@ def import_checkpoint(
         raise DataError(f"cannot create the run directory: {out.parent} is not an existing directory", path=out)
     imported = reader(checkpoint, word_list, heads=heads, base=base, answers=answers)
     vocabularies: dict[str, Any] = {"words": imported.vocab}
-    if imported.answers is None:
-        model = build_captioner(imported.config.model, len(imported.vocab), pad_id=Vocabulary.PAD)
-    else:
-        vocabularies["answers"] = imported.answers
-        model = build_vqa_model(imported.config.model, len(imported.vocab), len(imported.answers))
-    model.load_state_dict(imported.state, strict=True)
+    with torch.random.fork_rng(devices=[]):  # what a partial import leaves to the model's own initialisation
+        torch.manual_seed(imported.config.train.seed)
+        if imported.answers is None:
+            model = build_captioner(imported.config.model, len(imported.vocab), pad_id=Vocabulary.PAD)
+        else:
+            vocabularies["answers"] = imported.answers
+            model = build_vqa_model(imported.config.model, len(imported.vocab), len(imported.answers))
+    fit = load_fitting(model, imported.state) if imported.partial else None
+    if fit is None:
+        model.load_state_dict(imported.state, strict=True)
     sources = {"checkpoint": checkpoint, "word_list": word_list, "answers": answers}
     record: dict[str, Any] = {"format": fmt}
     for name, path in sources.items():
@@ -91,6 +117,8 @@ def import_checkpoint(
         "tensors": len(imported.state),
         "dropped_runtime_buffers": imported.dropped,
     })
+    if fit is not None:
+        record.update(loaded=fit.loaded, initialised=fit.initialised, not_loaded=fit.unfit)
     with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(out)  # left by an import of this name that was killed

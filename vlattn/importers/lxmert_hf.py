@@ -13,6 +13,16 @@ encoder to fine-tune, is refused. Its labels come from ``--answers`` (a JSON lis
 ``trainval_label2ans.json``, or an ``{answer: label}`` map) or else from ``config.json``'s ``id2label``. The
 WordPiece vocabulary is ``--vocab`` (default ``SOURCE/vocab.txt``); its size must match the word table. A head
 over two pooled vectors (the released NLVR2 model) sets ``model.options.images: 2``.
+
+Variants: when the base config (``--config``) is an LXMERT-family model (kind ``lxmert`` or ``lxmert_catt``), the
+imported model keeps its kind, attention sites, feed-forward and kind options, with the sizes read from the
+checkpoint — LXMERT+CATT (``--config vqa-lxmert-catt``), LW-LXMERT (``--config vqa-lw-lxmert``). Such a model
+loads every tensor whose name and shape fit and keeps its own initialisation (the builder's, drawn from
+``train.seed``) for the rest: LXMERT+CATT's dictionaries, fusion, pooler under ``concat`` and unshared copies;
+LW-LXMERT's group-wise projections (the embeddings, norms, dense merges, FFN expansions, pooler and head load).
+``import.json`` lists the initialised parameters and the checkpoint tensors that did not fit. A dictionary to be
+fitted by k-means cannot be (the import reads no data): the imported config says ``init: random``, its U(0, 0.01)
+draw; ``vlattn catt dictionary`` and ``init: file`` give data-fitted entries to a fresh run instead.
 """
 
 from __future__ import annotations
@@ -37,6 +47,18 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DROPPED_PREFIXES = ("cls.", "obj_predict_head.")  # pretraining heads
 RUNTIME_BUFFERS = ("embeddings.position_ids",)
 RELEASED = {"heads": 12, "token_types": 2, "dropout": 0.1}
+LXMERT_KINDS = ("lxmert", "lxmert_catt")  # base kinds whose model section a variant import keeps
+DICTIONARIES = ("image_dictionary", "word_dictionary")
+
+
+def variant_model(base: dict[str, Any], read: dict[str, Any]) -> dict[str, Any]:
+    """The base config's LXMERT-family model section with the sizes ``read`` from the checkpoint; dictionaries
+    to be fitted by k-means become ``init: random`` (module docstring)."""
+    options = {**base.get("options", {}), **read["options"]}
+    for name in DICTIONARIES:
+        if isinstance(options.get(name), dict) and options[name].get("init", "kmeans") == "kmeans":
+            options[name] = {**options[name], "init": "random"}
+    return {**base, **read, "kind": base["kind"], "options": options}
 
 
 def weights_file(source: Path) -> Path:
@@ -192,9 +214,13 @@ def read_lxmert(
         "options": {"object_layers": objects, "token_types": token_types, "images": head_in // d},
     }
     data = config_to_dict(base) if base is not None else {}
+    variant = base is not None and base.model.kind in LXMERT_KINDS
+    if variant:
+        model = variant_model(data["model"], model)
     data.update(task="vqa", model=model)
     data.setdefault("data", {}).update(question_tokens="wordpiece")
     config = config_from_dict(data)
     check_components(config)  # checked as a loaded config is
     return Imported(config, words, state, None, dropped, answers=read_answers(
-        Path(answers) if answers is not None else None, hf, num_answers, source))
+        Path(answers) if answers is not None else None, hf, num_answers, source),
+        partial=variant)

@@ -91,6 +91,7 @@ class Imported:
     layout: ReleasedLayout | None  # what the tensors describe, when the format has more to say than the config
     dropped: list[str] = field(default_factory=list)  # runtime-state buffers, heads of another stage
     answers: AnswerVocabulary | None = None  # the answer classifier's labels (VQA models)
+    partial: bool = False  # a variant of the released model: load the tensors that fit, the model initialises the rest
 
 
 def _indices(state: dict[str, Tensor], pattern: str) -> set[int]:

@@ -25,6 +25,7 @@ from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, LayerCache, 
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder
 from vlattn.models.footprint import check_footprint
 from vlattn.models.lxmert import Lxmert, build_lxmert
+from vlattn.models.lxmert_catt import build_lxmert_catt
 from vlattn.models.m2 import build_m2
 from vlattn.models.mcan import MCAN, build_mcan
 from vlattn.models.mcan_catt import MCANCatt, build_mcan_catt
@@ -79,6 +80,8 @@ MODELS: dict[str, ModelKind] = {
     "mcan_catt": ModelKind("vqa", build_mcan_catt, _VQA_STACK),
     "lxmert": ModelKind("vqa", build_lxmert, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
                         boxes=True),  # VQA v2 and GQA are both task vqa
+    "lxmert_catt": ModelKind("vqa", build_lxmert_catt, _EVERY_KIND | _STACK | {"max_positions"}, also=("nlvr2",),
+                             boxes=True),
 }
 
 
@@ -166,6 +169,7 @@ __all__ = [
     "build_captioner",
     "build_catt",
     "build_lxmert",
+    "build_lxmert_catt",
     "build_m2",
     "build_mcan",
     "build_mcan_catt",

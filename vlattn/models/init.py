@@ -10,8 +10,9 @@ Xavier-uniform on every weight tensor as above, and zero biases (Glorot and Beng
 embedding's padding row stays zero.
 
 :func:`bert_init` is BERT's (and LXMERT's) ``init_bert_weights``: every ``nn.Linear`` and ``nn.Embedding`` weight
-from N(0, std^2), Linear biases zero, LayerNorm weights one and biases zero; an embedding's padding row zero (as
-``nn.Embedding`` leaves it). Parameters of other modules (memory slots, dictionaries) keep their own.
+from N(0, std^2) (and every group-wise :class:`~vlattn.layers.grouped.GroupedLinear` weight: LW-LXMERT's
+G-MHA and G-FFN blocks draw as the dense layers they replace), Linear biases zero, LayerNorm weights one and
+biases zero; an embedding's padding row zero (as ``nn.Embedding`` leaves it). Parameters of other modules (memory slots, dictionaries) keep their own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
+
+from vlattn.layers.grouped import GroupedLinear
 
 
 @torch.no_grad()
@@ -52,9 +55,9 @@ def glorot(model: nn.Module) -> None:
 def bert_init(model: nn.Module, std: float = 0.02) -> None:
     """BERT's initialisation of the Linear, Embedding and LayerNorm modules of ``model`` (see the module docstring)."""
     for module in model.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, (nn.Linear, GroupedLinear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
+        if isinstance(module, (nn.Linear, GroupedLinear)) and module.bias is not None:
             nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding) and module.padding_idx is not None:
             module.weight[module.padding_idx].zero_()

@@ -160,15 +160,34 @@ class CrossModalityLayer(nn.Module):
         self.language = language
         self.vision = vision
 
-    def forward(self, words: Tensor, regions: Tensor, m: StreamMasks) -> tuple[Tensor, Tensor]:
-        """``words`` (B, L, d), ``regions`` (B, N, d) -> both updated."""
+    def cross(self, words: Tensor, regions: Tensor, m: StreamMasks,
+              memory: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """The cross-attention sub-layers: ``words`` (B, L, d) attend to the regions and ``regions`` (B, N, d) to
+        the words; ``memory`` (words', regions') of the same shapes gives other keys/values (CATT's cross-sample
+        stream), the residuals staying over the queries."""
         attn, norm = self.cross_attn, self.cross_norm
         shared = self.visual_cross_attn is None
         v_attn, v_norm = (attn, norm) if shared else (self.visual_cross_attn, self.visual_cross_norm)
-        crossed_words = norm(words, attn(words, regions, regions, mask=m.region_keys, context=m.words_to_regions).out)
-        crossed_regions = v_norm(regions, v_attn(regions, words, words, mask=m.word_keys,
+        word_source, region_source = (words, regions) if memory is None else memory
+        crossed_words = norm(words, attn(words, region_source, region_source, mask=m.region_keys,
+                                         context=m.words_to_regions).out)
+        crossed_regions = v_norm(regions, v_attn(regions, word_source, word_source, mask=m.word_keys,
                                                  context=m.regions_to_words).out)
-        return self.language(crossed_words, m.word_keys, m.words), self.vision(crossed_regions, m.region_keys, m.regions)
+        return crossed_words, crossed_regions
+
+    def streams(self, words: Tensor, regions: Tensor, m: StreamMasks,
+                memory: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """Each stream's self-attention + feed-forward layer; ``memory`` as in :meth:`cross` (attended without
+        box geometry: its positions hold cross-sample states)."""
+        if memory is None:
+            return self.language(words, m.word_keys, m.words), self.vision(regions, m.region_keys, m.regions)
+        # cross sites with the queries' masks: the words' (words_to_regions) and the regions' (regions_to_words)
+        return (self.language(words, m.word_keys, m.words_to_regions, memory=memory[0]),
+                self.vision(regions, m.region_keys, m.regions_to_words, memory=memory[1]))
+
+    def forward(self, words: Tensor, regions: Tensor, m: StreamMasks) -> tuple[Tensor, Tensor]:
+        """``words`` (B, L, d), ``regions`` (B, N, d) -> both updated."""
+        return self.streams(*self.cross(words, regions, m), m)
 
 
 class LxmertEncoder(nn.Module):
@@ -184,6 +203,11 @@ class LxmertEncoder(nn.Module):
         self.object_layers = nn.ModuleList(object_layers)
         self.cross_layers = nn.ModuleList(cross_layers)
         self.pooler = pooler
+        self.output_dim = pooler.in_features  # width of the language and vision outputs (the pretraining heads' input)
+
+    def backbone_layers(self) -> list[nn.Module]:
+        """The language, object-relationship and cross-modality layers."""
+        return [*self.language_layers, *self.object_layers, *self.cross_layers]
 
     def forward(self, questions: Tensor, question_mask: Tensor, features: Tensor, boxes: Tensor, region_mask: Tensor,
                 token_types: Tensor | None = None) -> LxmertOutput:
@@ -223,14 +247,18 @@ class Lxmert(nn.Module):
         self.images = images
 
     @property
+    def output_dim(self) -> int:
+        """The width of :meth:`encode`'s ``language`` and ``vision`` states (d; 2d for LXMERT+CATT's ``concat``)."""
+        return self.encoder.output_dim
+
+    @property
     def word_embeddings(self) -> nn.Embedding:
         """The WordPiece embedding table (for ``prepare`` hooks, as the other models expose theirs)."""
         return self.encoder.words.word
 
     def backbone_layers(self) -> list[nn.Module]:
         """The language, object-relationship and cross-modality layers (no embeddings, pooler or head)."""
-        e = self.encoder
-        return [*e.language_layers, *e.object_layers, *e.cross_layers]
+        return self.encoder.backbone_layers()
 
     def encode(self, inputs: Mapping[str, Tensor]) -> LxmertOutput:
         """The encoder's outputs; with ``images`` = 2 the rows are (statement, image) pairs, image-major within
@@ -283,25 +311,45 @@ class LxmertParts(Parts):
         return CrossModalityLayer(attention, norm, self.word_layer(), self.region_layer(), visual)
 
 
+def lxmert_parts(cfg: ModelConfig, options: LxmertOptions, pad_id: int) -> LxmertParts:
+    """The parts builder of an LXMERT-family model, after the checks every such kind makes."""
+    if cfg.box_input or cfg.box_encoding != "none":
+        raise ConfigError("model.box_input/model.box_encoding: LXMERT embeds the boxes itself; leave them off")
+    if pad_id != 0:
+        raise ConfigError(f"model.kind: {cfg.kind} reads BERT WordPiece ids with [PAD] = 0, got a vocabulary padding "
+                          f"with {pad_id}")
+    return LxmertParts(cfg, use_cache=False, attention_dropout=cfg.dropout, eps=options.layer_norm_eps)
+
+
+def input_embeddings(cfg: ModelConfig, options: LxmertOptions,
+                     num_words: int) -> tuple[WordEmbeddings, RegionEmbedding]:
+    """The word and the region embeddings of ``cfg``."""
+    d, eps, dropout = cfg.d_model, options.layer_norm_eps, first_set(cfg.embedding_dropout, cfg.dropout)
+    return (WordEmbeddings(num_words, d, cfg.max_positions, options.token_types, eps, dropout),
+            RegionEmbedding(cfg.feature_dim, d, eps, dropout))
+
+
+def layer_stacks(parts: LxmertParts, cfg: ModelConfig,
+                 options: LxmertOptions) -> tuple[list[EncoderLayer], list[EncoderLayer], list[CrossModalityLayer]]:
+    """Fresh language, object-relationship and cross-modality layers."""
+    return ([parts.word_layer() for _ in range(cfg.encoder_layers)],
+            [parts.region_layer() for _ in range(options.object_layers)],
+            [parts.cross_layer(options.share_cross_attention) for _ in range(cfg.decoder_layers)])
+
+
+def with_head(encoder: LxmertEncoder, cfg: ModelConfig, options: LxmertOptions, num_answers: int) -> Lxmert:
+    """``encoder`` under the answer classifier, BERT-initialised (dictionaries keep their own initialisation)."""
+    model = Lxmert(encoder, classifier_head(options.images * cfg.d_model, 2 * cfg.d_model, num_answers,
+                                            options.layer_norm_eps), options.images)
+    bert_init(model, options.init_std)
+    return model
+
+
 def build_lxmert(cfg: ModelConfig, num_words: int, num_answers: int, pad_id: int = 0) -> Lxmert:
     """The LXMERT of ``cfg`` over a WordPiece vocabulary of ``num_words`` entries (``pad_id`` must be 0, BERT's
     ``[PAD]``) with ``num_answers`` outputs (2 for NLVR2)."""
     options = parse_options(LxmertOptions, cfg.options, "model.options")
-    if cfg.box_input or cfg.box_encoding != "none":
-        raise ConfigError("model.box_input/model.box_encoding: LXMERT embeds the boxes itself; leave them off")
-    if pad_id != 0:
-        raise ConfigError(f"model.kind: lxmert reads BERT WordPiece ids with [PAD] = 0, got a vocabulary padding with {pad_id}")
-    d, eps = cfg.d_model, options.layer_norm_eps
-    parts = LxmertParts(cfg, use_cache=False, attention_dropout=cfg.dropout, eps=eps)
-    dropout = first_set(cfg.embedding_dropout, cfg.dropout)
-    encoder = LxmertEncoder(
-        WordEmbeddings(num_words, d, cfg.max_positions, options.token_types, eps, dropout),
-        RegionEmbedding(cfg.feature_dim, d, eps, dropout),
-        [parts.word_layer() for _ in range(cfg.encoder_layers)],
-        [parts.region_layer() for _ in range(options.object_layers)],
-        [parts.cross_layer(options.share_cross_attention) for _ in range(cfg.decoder_layers)],
-        nn.Linear(d, d),
-    )
-    model = Lxmert(encoder, classifier_head(options.images * d, 2 * d, num_answers, eps), options.images)
-    bert_init(model, options.init_std)
-    return model
+    parts = lxmert_parts(cfg, options, pad_id)
+    encoder = LxmertEncoder(*input_embeddings(cfg, options, num_words), *layer_stacks(parts, cfg, options),
+                            nn.Linear(cfg.d_model, cfg.d_model))
+    return with_head(encoder, cfg, options, num_answers)

@@ -102,11 +102,20 @@ def backbone_madds_of(model: nn.Module, run: Callable[[], object]) -> int | None
     if not hasattr(model, "backbone_layers"):
         return None
     names = {id(module): name for name, module in model.named_modules()}
-    layers = {f"{type(model).__name__}.{names[id(layer)]}" for layer in model.backbone_layers()}
+    prefix = type(model).__name__
+    layers = {names[id(layer)]: layer for layer in model.backbone_layers()}
     with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS) as counter:
         run()
     counts = counter.get_flop_counts()
-    return sum(sum(counts[name].values()) for name in layers) // 2
+
+    def flops(name: str, module: nn.Module) -> int:
+        """A module's count, or its children's when it was not called itself (a layer whose halves the model calls
+        as methods, e.g. LXMERT+CATT's cross-modality layers)."""
+        if f"{prefix}.{name}" in counts:
+            return sum(counts[f"{prefix}.{name}"].values())
+        return sum(flops(f"{name}.{child_name}", child) for child_name, child in module.named_children())
+
+    return sum(flops(name, layer) for name, layer in layers.items()) // 2
 
 
 def random_regions(batch: int, regions: int, feature_dim: int, generator: torch.Generator) -> dict[str, Tensor]:
