@@ -273,14 +273,13 @@ def main() -> int:
         return 1
     lines = table(results, args.kernels, caps)
     floor = floors(work, args.presets, jobs)
-    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()), ""]
     targets = requirements(results, floor)
-    lines += ["Targets over all runs: " + "; ".join(targets) + ".", ""] if targets else []
-    seconds = [r["seconds"] for r in results.values() if r["seconds"] is not None]
-    if seconds:
-        lines.append(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, "
-                     f"max {max(seconds):.0f}")
+    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()) + "."
+              + (" Targets over all runs: " + "; ".join(targets) + "." if targets else "")]
     print("\n".join(lines))
+    seconds = [r["seconds"] for r in results.values() if r["seconds"] is not None]
+    if seconds:  # the shared machine's wall time: printed, not a result
+        print(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, max {max(seconds):.0f}")
     if args.write:
         section = [] if args.write == SECTION else ["--write", args.write]
         cmd = shlex.join(["benchmarks/bench_variance.py", "--presets", *args.presets, "--seeds", *map(str, args.seeds),
