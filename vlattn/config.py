@@ -149,7 +149,8 @@ class DataConfig(Section):
     built from (captions or questions); ``answer_min_count`` the training answers kept as candidates.
     ``zero_image`` zeroes every region feature and box (the question-only ablation). ``region_cache_mb``: the
     decoded, checked regions of the images read so far are kept in memory up to this many MiB per loaded data set
-    (and DataLoader worker) (:class:`~vlattn.data.features.cache.CachedStore`; 0 reads every time).
+    (and DataLoader worker) when the whole feature store fits in it, else every read goes to the store
+    (:class:`~vlattn.data.features.cache.CachedStore`; 0 reads every time).
     """
 
     KEY: typing.ClassVar[str] = "data"

@@ -79,3 +79,35 @@ def test_feature_dimension_checked(store: MemmapStore) -> None:
         CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=5, max_len=5, feature_dim=2048)
     assert store.path in str(err.value)
     assert len(CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=5, max_len=5, feature_dim=DIM)) == 3
+
+
+def test_train_items_match_encoding_each_caption(store: MemmapStore) -> None:
+    """Items read from the flat arrays are each pair's caption encoded alone, cut to max_len, in entry order."""
+    rng = np.random.default_rng(0)
+    words = ["a", "cube", "red", "blue", "zebra"]  # zebra is not in VOCAB: UNK
+    entries = [ImageEntry(image_id, "train", "", [[str(w) for w in rng.choice(words, size=rng.integers(1, 9))]
+                                                  for _ in range(rng.integers(1, 4))], [])
+               for image_id in (10, 20, 10)]
+    data = CaptionTrainSet(entries, store, VOCAB, max_regions=3, max_len=5)
+    expected = [(e.image_id, VOCAB.encode(c, 5)) for e in entries for c in e.captions]
+    assert len(data) == len(expected)
+    assert [(data[i]["image_id"], data[i]["tokens"]) for i in range(len(data))] == expected
+    assert data.lengths() == [len(tokens) for _, tokens in expected]
+
+
+def test_train_and_eval_sets_hold_no_per_caption_python_objects(store: MemmapStore) -> None:
+    """What items are read from is numpy arrays: a forked worker reading them writes no reference count of the
+    parent's caption objects (which would copy their pages into every worker)."""
+    train = CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=3, max_len=4)
+    assert {k for k, v in vars(train).items() if not isinstance(v, (np.ndarray, int))} == {"store", "vocab"}
+    evaluation = CaptionEvalSet(ENTRIES, store, max_regions=3)
+    assert isinstance(evaluation.image_ids, np.ndarray)
+    assert all(isinstance(v, np.ndarray) for v in vars(evaluation.references).values())
+
+
+def test_packed_texts_round_trip() -> None:
+    from vlattn.data.packed import PackedTexts
+
+    groups = [["A red cube.", ""], [], ["naïve café — 東京", "x"], ["last"]]
+    packed = PackedTexts(groups)
+    assert len(packed) == 4 and [packed[i] for i in range(4)] == groups

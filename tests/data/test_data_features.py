@@ -294,6 +294,21 @@ def test_truncated_memmap_store(tmp_path: Path) -> None:
         MemmapStore(path)
 
 
+def test_memmap_store_truncated_after_opening_is_a_named_error(tmp_path: Path) -> None:
+    """Rows are read with positioned reads: a file cut short while the store is open gives a one-line error naming
+    the file and the image (a read through a memory map would kill the process with SIGBUS)."""
+    path = write_with("memmap", tmp_path / "mm", REFERENCE)
+    store = MemmapStore(path)
+    assert_same(store.get(11), REFERENCE[11], atol=1e-2)  # the files are open
+    size = (path / "features.f16").stat().st_size
+    with open(path / "features.f16", "r+b") as handle:
+        handle.truncate(size - 2 * DIM * 2)  # the last two regions: image 11 is stored last (written in id order)
+    with pytest.raises(DataError, match=r"features.f16 ends early") as err:
+        store.get(11)
+    assert "mm" in str(err.value) and "11" in str(err.value)
+    assert_same(store.get(7), REFERENCE[7], atol=1e-2)  # the rows still there read as before
+
+
 def test_writers_are_atomic_and_refuse_to_overwrite(tmp_path: Path) -> None:
     def failing():
         yield 1, REFERENCE[3]

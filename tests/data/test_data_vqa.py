@@ -155,6 +155,19 @@ def test_dataset_targets_and_collate(files: tuple[Path, Path], tmp_path: Path) -
     assert batch["features"].shape == (3, 3, 3) and batch["region_mask"].sum(dim=1).tolist() == [3, 3, 2]
 
 
+def test_dataset_items_are_read_from_arrays(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """Items come from numpy arrays, not from the per-question objects (which forked DataLoader workers would copy
+    page by page): the lists kept for callers can be dropped and every item reads the same."""
+    data = make_dataset(files, tmp_path, unanswerable="keep", max_question_len=4)
+    before = [data[i] for i in range(len(data))]
+    data.questions, data.targets = [], []
+    assert len(data) == len(before) == 3
+    for item, want in zip([data[i] for i in range(3)], before, strict=True):
+        assert item.keys() == want.keys() and item["question"] == want["question"]
+        assert (item["question_id"], item["image_id"]) == (want["question_id"], want["image_id"])
+        np.testing.assert_array_equal(item["target"], want["target"])
+
+
 def test_unanswerable_options(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert [q.question_id for q in make_dataset(files, tmp_path).questions] == [420, 421]
     with pytest.raises(DataError, match="no human answer is in the answer vocabulary") as err:

@@ -1,4 +1,4 @@
-"""CachedStore: each image is read from the store once while the byte budget lasts, then read through."""
+"""CachedStore: each image is read from the store once when the store fits the byte budget, else read through."""
 
 from __future__ import annotations
 
@@ -44,14 +44,25 @@ def image_bytes(store: CountingStore) -> int:
     return store.regions * (store.dim + 4) * 4  # float32 features + boxes
 
 
-def test_images_are_read_once_within_the_budget_then_read_through() -> None:
+def test_images_are_read_once_when_the_store_fits_the_budget() -> None:
     store = CountingStore(5)
-    cached = CachedStore(store, max_bytes=2 * image_bytes(store))  # room for exactly two images
+    cached = CachedStore(store, max_bytes=5 * image_bytes(store))  # room for exactly the five images
     for _ in range(3):
-        for image_id in (3, 1, 4):
+        for image_id in (3, 1, 4, 0, 2):
             assert cached.get(image_id).features[0, 0] == image_id
-    assert store.reads == {3: 1, 1: 1, 4: 3}  # the first two fill the budget; the third is read every time
-    assert cached.cached_bytes == 2 * image_bytes(store)
+    assert store.reads == {image_id: 1 for image_id in range(5)}
+    assert cached.caching is True and cached.cached_bytes == 5 * image_bytes(store)
+
+
+def test_a_store_larger_than_the_budget_is_read_through() -> None:
+    """Caching part of a store that does not fit would hold the whole budget in every worker for few hits."""
+    store = CountingStore(5)
+    cached = CachedStore(store, max_bytes=4 * image_bytes(store))  # four of the five images would fit
+    for _ in range(2):
+        for image_id in range(5):
+            assert cached.get(image_id).features[0, 0] == image_id
+    assert cached.caching is False and cached.cached_bytes == 0
+    assert store.reads == {image_id: 2 for image_id in range(5)}
 
 
 def test_no_budget_reads_every_time_and_cached_arrays_are_read_only() -> None:

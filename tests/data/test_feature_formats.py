@@ -320,6 +320,30 @@ def test_lmdb_pickled_records(tmp_path: Path) -> None:
     same(pickle.loads(pickle.dumps(store)).get(9), regions_of(9))  # DataLoader workers
 
 
+def test_lmdb_records_read_by_forked_workers_while_open_in_the_parent(tmp_path: Path) -> None:
+    """A DataLoader worker forked while the main process has the LMDB open reads it, and so does the main
+    process afterwards (the lmdb package refuses a second environment on the files in one process)."""
+    import multiprocessing
+
+    from torch.utils.data import DataLoader
+
+    items = {}
+    for image_id in IMAGES:
+        r = regions_of(image_id)
+        items[str(image_id).encode()] = pickle.dumps({"image_h": r.height, "image_w": r.width, "num_boxes":
+                                                      r.num_regions, "boxes": r.boxes, "features": r.features})
+    store = open_store(write_lmdb(tmp_path / "db", items, subdir=True))
+    same(store.get(42), regions_of(42))  # the main process holds the environment open
+    loader = DataLoader(store.ids(), batch_size=None, num_workers=1, collate_fn=lambda i: (i, store.get(i).features),
+                        multiprocessing_context=multiprocessing.get_context("fork"))
+    for _ in range(2):  # the main process reads between two epochs' workers, as validation does
+        read = dict(loader)
+        assert sorted(read) == sorted(IMAGES)
+        for image_id, features in read.items():
+            np.testing.assert_array_equal(features, regions_of(image_id).features)
+        same(store.get(1000), regions_of(1000))
+
+
 def test_lmdb_refuses_unsafe_or_malformed_records(tmp_path: Path) -> None:
     class Evil:
         def __reduce__(self):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
 from vlattn.data.karpathy import ImageEntry
+from vlattn.data.packed import PackedTexts
 from vlattn.data.regions import first_regions, normalize_boxes, pad_regions
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
@@ -28,7 +30,11 @@ def _check_entries(entries: Sequence[ImageEntry], store: FeatureStore, feature_d
 
 class CaptionTrainSet(Dataset):
     """One item per (image, caption) pair: ``{"image_id", "regions", "tokens"}`` with ``tokens`` the
-    caption's word indices (no BOS/EOS) truncated to ``max_len``."""
+    caption's word indices (no BOS/EOS) truncated to ``max_len``.
+
+    The captions are encoded once into flat arrays (:mod:`vlattn.data.packed`): items are read without touching a
+    Python object per caption, so forked DataLoader workers keep sharing the parent's memory.
+    """
 
     def __init__(
         self,
@@ -40,45 +46,55 @@ class CaptionTrainSet(Dataset):
         feature_dim: int | None = None,
     ) -> None:
         _check_entries(entries, store, feature_dim)
-        self.entries, self.store, self.vocab = list(entries), store, vocab
+        self.store, self.vocab = store, vocab
         self.max_regions, self.max_len = max_regions, max_len
-        self.pairs = [(i, j) for i, entry in enumerate(self.entries) for j in range(len(entry.captions))]
+        self.image_ids = np.fromiter((entry.image_id for entry in entries), dtype=np.int64, count=len(entries))
+        per_image = np.fromiter((len(entry.captions) for entry in entries), dtype=np.int64, count=len(entries))
+        self.caption_image = np.repeat(np.arange(len(entries), dtype=np.int64), per_image)  # (P,) image of pair
+        self.words, self.offsets = vocab.encode_flat([caption for entry in entries for caption in entry.captions])
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return len(self.caption_image)
 
     def lengths(self) -> list[int]:
         """The number of words of each item's ``tokens`` (what a batch is padded to), in item order."""
-        return [min(len(self.entries[i].captions[j]), self.max_len) for i, j in self.pairs]
+        return np.minimum(np.diff(self.offsets), self.max_len).tolist()
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        entry_index, caption_index = self.pairs[index]
-        entry = self.entries[entry_index]
+        image_id = int(self.image_ids[self.caption_image[index]])
+        start = int(self.offsets[index])
+        end = min(int(self.offsets[index + 1]), start + self.max_len)
         return {
-            "image_id": entry.image_id,
-            "regions": first_regions(self.store, entry.image_id, self.max_regions),
-            "tokens": self.vocab.encode(entry.captions[caption_index], self.max_len),
+            "image_id": image_id,
+            "regions": first_regions(self.store, image_id, self.max_regions),
+            "tokens": self.words[start:end].tolist(),
         }
 
 
 class CaptionEvalSet(Dataset):
-    """One item per image: ``{"image_id", "regions", "references"}`` (the raw reference strings)."""
+    """One item per image: ``{"image_id", "regions", "references"}`` (the raw reference strings).
+
+    ``entries`` are kept for callers; items are read from arrays (:class:`~vlattn.data.packed.PackedTexts`), as
+    :class:`CaptionTrainSet`'s are, so forked DataLoader workers (SCST) keep sharing the parent's memory.
+    """
 
     def __init__(
         self, entries: Sequence[ImageEntry], store: FeatureStore, max_regions: int, feature_dim: int | None = None
     ) -> None:
         _check_entries(entries, store, feature_dim)
         self.entries, self.store, self.max_regions = list(entries), store, max_regions
+        self.image_ids = np.fromiter((entry.image_id for entry in entries), dtype=np.int64, count=len(entries))
+        self.references = PackedTexts([entry.raw for entry in entries])
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.image_ids)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        entry = self.entries[index]
+        image_id = int(self.image_ids[index])
         return {
-            "image_id": entry.image_id,
-            "regions": first_regions(self.store, entry.image_id, self.max_regions),
-            "references": list(entry.raw),
+            "image_id": image_id,
+            "regions": first_regions(self.store, image_id, self.max_regions),
+            "references": self.references[index],
         }
 
 

@@ -10,8 +10,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.karpathy import ImageEntry, normalize_split
+from vlattn.data.packed import flat_offsets
 from vlattn.errors import DataError
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -48,6 +51,15 @@ class Vocabulary:
         """Word indices of ``tokens`` (no BOS/EOS; unknown words -> UNK), truncated to ``max_len``."""
         ids = [self.stoi.get(token, self.UNK) for token in tokens]
         return ids if max_len is None else ids[:max_len]
+
+    def encode_flat(self, captions: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode` of every caption, concatenated: word indices (W,) int32 and offsets (C + 1,) int64 (caption
+        i is ``ids[offsets[i]:offsets[i + 1]]``)."""
+        offsets = flat_offsets([len(caption) for caption in captions])
+        stoi, unk = self.stoi, self.UNK
+        ids = np.fromiter((stoi.get(token, unk) for caption in captions for token in caption), dtype=np.int32,
+                          count=int(offsets[-1]))
+        return ids, offsets
 
     def decode(self, ids: Iterable[int]) -> str:
         """Words joined by spaces: stops at EOS, skips PAD and BOS."""

@@ -31,6 +31,7 @@ from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.checks import require_ids
 from vlattn.data.regions import first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
+from vlattn.data.packed import PackedTexts, flat_offsets
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -254,6 +255,14 @@ class VQADataset(Dataset):
         if not self.questions:
             raise DataError("no questions left for the dataset", path=source or store.path)
         require_ids(store, sorted({q.image_id for q in self.questions}), feature_dim)
+        # what items are read from: arrays (vlattn.data.packed), which forked DataLoader workers read without
+        # copying the parent's pages, beside the lists kept for callers
+        self.question_ids = np.array([q.question_id for q in self.questions], dtype=np.int64)
+        self.image_ids = np.array([q.image_id for q in self.questions], dtype=np.int64)
+        self.texts = PackedTexts([[q.question] for q in self.questions])
+        self.target_offsets = flat_offsets([len(scores) for scores in self.targets])
+        self.target_answers = np.array([a for scores in self.targets for a in scores], dtype=np.int64)
+        self.target_scores = np.array([v for scores in self.targets for v in scores.values()], dtype=np.float32)
 
     def _scores(self, question: Question, annotations: dict[int, Annotation], unanswerable: str) -> dict[int, float] | None:
         """The soft target of ``question`` ({answer index: score}), checked against its annotation; None when
@@ -275,7 +284,7 @@ class VQADataset(Dataset):
         return None
 
     def __len__(self) -> int:
-        return len(self.questions)
+        return len(self.question_ids)
 
     def regions(self, image_id: int) -> RegionFeatures:
         """The first ``max_regions`` regions of ``image_id`` (zeros with ``zero_image``)."""
@@ -286,17 +295,17 @@ class VQADataset(Dataset):
                               regions.height)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        question = self.questions[index]
+        image_id = int(self.image_ids[index])
         item: dict[str, Any] = {
-            "question_id": question.question_id,
-            "image_id": question.image_id,
-            "regions": self.regions(question.image_id),
-            "question": encode_question(self.words, question.question, self.max_question_len),
+            "question_id": int(self.question_ids[index]),
+            "image_id": image_id,
+            "regions": self.regions(image_id),
+            "question": encode_question(self.words, self.texts[index][0], self.max_question_len),
         }
         if self.answers is not None:
             target = np.zeros(len(self.answers), dtype=np.float32)
-            for answer_index, score in self.targets[index].items():
-                target[answer_index] = score
+            start, end = int(self.target_offsets[index]), int(self.target_offsets[index + 1])
+            target[self.target_answers[start:end]] = self.target_scores[start:end]
             item["target"] = target
         return item
 

@@ -14,7 +14,8 @@ CIDEr-D):
 
 The reward's CIDEr-D document frequencies come from the training references and are cached next to the data
 (``<data root>/cache/cider_df_<mode>.npz``), rebuilt automatically when the references, the tokenisation or
-the mode change (the table records a fingerprint of all of them).
+the mode change (the table records a fingerprint of all of them). The parsed Karpathy file is cached there too
+(``cache/karpathy-<hash of its name>.npz``, :mod:`vlattn.data.karpathy_cache`), parsed again when its bytes change.
 
 Evaluation decodes a split with beam search and scores it with the COCO caption metrics (BLEU, METEOR,
 ROUGE-L, CIDEr-D, SPICE where Java allows) and the bias metrics CHAIR_s, CHAIR_i and A@Attr where the data set has a
@@ -42,7 +43,9 @@ from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
-from vlattn.data.karpathy import ImageEntry, load_karpathy, require_split
+from vlattn.data.karpathy import ImageEntry, require_split
+from vlattn.data.karpathy_cache import cache_file as karpathy_cache_file
+from vlattn.data.karpathy_cache import load_karpathy_cached
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
@@ -101,6 +104,7 @@ class CaptionData:
     entries: dict[str, list[ImageEntry]]
     vocab: Vocabulary
     store: FeatureStore
+    _train: CaptionTrainSet | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def root(self) -> Path:
@@ -123,9 +127,13 @@ class CaptionData:
         return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
-        """One item per training (image, caption) pair."""
-        cfg = self.config
-        return CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions, cfg.max_caption_len)
+        """One item per training (image, caption) pair (built on the first call: the objective reads its lengths, the
+        training loop its items)."""
+        if self._train is None:
+            cfg = self.config
+            self._train = CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions,
+                                          cfg.max_caption_len)
+        return self._train
 
     def eval_set(self, split: str, limit: int = 0) -> CaptionEvalSet:
         """One item per image of ``split`` (the first ``limit`` when > 0)."""
@@ -136,8 +144,8 @@ class CaptionData:
         """Training regions, and the model's word embeddings with the training captions' word counts."""
         regions = RegionSampler(self.store, [e.image_id for e in self.entries["train"]], self.config.max_regions)
         embeddings = getattr(model, "word_embeddings", None)
-        words = [i for e in self.entries["train"] for caption in e.captions for i in self.vocab.encode(caption)]
-        word_counts = torch.bincount(torch.tensor(words, dtype=torch.long), minlength=len(self.vocab))  # (V,)
+        words = torch.from_numpy(self.train_set().words).long()  # every training caption's word ids, whole
+        word_counts = torch.bincount(words, minlength=len(self.vocab))  # (V,)
         return PrepareResources(
             seed=seed, regions=regions, word_counts=word_counts, data_root=self.root,
             word_embeddings=None if embeddings is None else embeddings.weight.detach(),
@@ -148,7 +156,7 @@ def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> Capti
     """Read the Karpathy file and feature store under ``cfg.root``; build the vocabulary unless given."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
-    entries = load_karpathy(root / cfg.karpathy)
+    entries = load_karpathy_cached(root / cfg.karpathy, karpathy_cache_file(root, cfg.karpathy))
     by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
     if vocab is None:
         vocab = build_vocabulary(entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)

@@ -62,6 +62,22 @@ def is_lmdb(path: str | Path) -> bool:
 _ENVS: dict[tuple[int, str], Any] = {}  # (pid, resolved path) -> environment: LMDB allows one per process
 
 
+def _close_inherited() -> None:
+    """In a forked child (a DataLoader worker), close the environments of the parent the child inherited.
+
+    The ``lmdb`` package refuses a second environment on files already open in the process, and a fork copies
+    its record of the parent's, so without this a worker could not open the store the main process has open.
+    The parent's environments are read-only and unlocked (``lock=False``): closing the child's copy releases only
+    the child's mapping and descriptor.
+    """
+    for env in _ENVS.values():
+        env.close()
+    _ENVS.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
 def _open_env(path: str) -> Any:
     try:
         import lmdb

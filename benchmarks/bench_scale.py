@@ -1,0 +1,717 @@
+"""COCO scale on one machine: loader throughput, memory, start-up, TSV conversion and evaluation at N images.
+
+Generates the workload of benchmarks/scale_workload.py (COCO shapes, random values) under ``--work`` (deleted
+afterwards unless ``--keep``), then measures, side by side in one run, the sections named by ``--sections``:
+
+- ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
+  with their references; VQA: batch 64 of questions) for each store format and the released M2 code's HDF5
+  access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
+  float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
+  ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
+  the batches after the first (worker start-up excluded). Stores are read without vlattn's region cache.
+- ``memory``: peak proportional (PSS) anonymous memory, i.e. besides the page cache, of the main process and of
+  each DataLoader worker through an XE epoch (``--memory-batches`` > 0: that many batches) of the training
+  pipeline as ``vlattn train`` builds it (``load_caption_data``, the region cache at ``data.region_cache_mb``),
+  and the private memory each worker dirtied (copy-on-write copies plus its own allocations); and the time and
+  peak memory of SCST's CIDEr-D document frequencies over the training references. Each in its own process.
+- ``startup``: seconds from launching ``vlattn train`` (``--preset``, CPU) to its first training record
+  (the first step included), with the caches in the data directory absent and then present; and the phases
+  (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap, MB/s of TSV read against the disk's
+  sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and its peak RSS.
+- ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
+  images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
+
+``--sparse`` replaces the memmap store by one whose feature file is a hole (zeros read without disk I/O): the
+start-up, memory and evaluation sections can then run at 123,287 images without 25 GB of features; the loader
+and convert sections need real bytes and refuse it. Results as JSON on stdout (``--json FILE`` too).
+
+    .venv/bin/python benchmarks/bench_scale.py --images 10000 --sections loader,convert --work DIR
+    .venv/bin/python benchmarks/bench_scale.py --images 123287 --sparse --sections memory,startup,eval --work DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable
+
+import h5py
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import scale_workload as workload
+
+SECTIONS = ("loader", "memory", "startup", "convert", "eval")
+STORE_PATHS = {"memmap": "memmap", "m2-hdf5": "m2.h5", "npz-dir": "npz", "tsv": "features.tsv", "lmdb": "lmdb"}
+READ_CHUNK = 8 << 20
+
+
+# --- the workload ---------------------------------------------------------------------------------------------
+
+
+def data_root(args: argparse.Namespace) -> Path:
+    return Path(args.work) / f"coco{args.images}"
+
+
+def prepare(args: argparse.Namespace, formats: list[str]) -> dict[str, float]:
+    """Write the captions, VQA files and the stores of ``formats`` (what is missing); seconds per part."""
+    root = data_root(args)
+    (root / "stores").mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    if not (root / "dataset.json").exists():
+        start = time.perf_counter()
+        workload.write_captions(root / "dataset.json", args.images)
+        seconds["captions"] = time.perf_counter() - start
+    if not (root / "vqa").exists():
+        start = time.perf_counter()
+        workload.write_vqa(root / "vqa", args.images)
+        seconds["vqa"] = time.perf_counter() - start
+    for fmt in formats:
+        path = store_path(args, fmt)
+        if path.exists():
+            continue
+        start = time.perf_counter()
+        if fmt == "memmap" and args.sparse:
+            workload.sparse_memmap(path, args.images, args.regions, args.dim)
+        else:
+            workload.write_store(fmt, path, args.images, args.regions, args.dim)
+        seconds[fmt] = time.perf_counter() - start
+    return seconds
+
+
+def store_path(args: argparse.Namespace, fmt: str) -> Path:
+    name = "sparse" if fmt == "memmap" and args.sparse else STORE_PATHS[fmt]
+    return data_root(args) / "stores" / name
+
+
+def files_of(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+
+
+def drop_cache(path: Path) -> None:
+    """Drop the page cache of every file of ``path`` (written data is flushed first: only clean pages drop)."""
+    for file in files_of(path):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_all(path: Path) -> tuple[int, float]:
+    """Read every file of ``path`` once in 8 MiB chunks: (bytes, seconds)."""
+    total, start = 0, time.perf_counter()
+    for file in files_of(path):
+        with open(file, "rb", buffering=0) as handle:
+            while chunk := handle.read(READ_CHUNK):
+                total += len(chunk)
+    return total, time.perf_counter() - start
+
+
+# --- loader throughput ------------------------------------------------------------------------------------------
+
+
+class M2ReleasedPairs(Dataset):
+    """The released M2 code's data path over an M2 HDF5 file: per item the file is opened, ``<id>_features`` read
+    whole, padded with float64 zeros to ``max_detections`` rows and cast to float32; captions as word ids."""
+
+    def __init__(self, path: Path, pairs: list[tuple[int, list[int]]], max_detections: int) -> None:
+        self.path, self.pairs, self.max_detections = str(path), pairs, max_detections
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, list[int]]:
+        image_id, tokens = self.pairs[index]
+        handle = h5py.File(self.path, "r")
+        features = handle["%d_features" % image_id][()]
+        missing = self.max_detections - features.shape[0]
+        if missing > 0:
+            features = np.concatenate([features, np.zeros((missing, features.shape[1]))], axis=0)
+        return features[: self.max_detections].astype(np.float32), tokens
+
+
+def collate_released(batch: list[tuple[np.ndarray, list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stacked features (B, 50, D) and BOS/EOS-framed word ids padded to the longest (B, T)."""
+    width = max(len(tokens) for _, tokens in batch) + 2
+    rows = [[1, *tokens, 2] + [0] * (width - len(tokens) - 2) for _, tokens in batch]
+    return torch.from_numpy(np.stack([features for features, _ in batch])), torch.tensor(rows)
+
+
+def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[int]]:
+    """``count`` random batches: permutations of the items, one after another as many as needed."""
+    generator = torch.Generator().manual_seed(seed)
+    rounds = -(-batch * count // num_items)
+    order = torch.cat([torch.randperm(num_items, generator=generator) for _ in range(rounds)])[: batch * count].tolist()
+    return [order[i : i + batch] for i in range(0, len(order), batch)]
+
+
+def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
+    """Items per second through a DataLoader of random batches, timed from the first batch's arrival."""
+    chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
+    loader = DataLoader(dataset, batch_sampler=chosen, collate_fn=collate, num_workers=workers)
+    items, start = 0, 0.0
+    for index, _ in enumerate(loader):
+        if index == 0:
+            start = time.perf_counter()
+        else:
+            items += len(chosen[index])
+    return items / (time.perf_counter() - start)
+
+
+def loader_sets(args: argparse.Namespace, fmt: str) -> dict[str, tuple[Dataset, Callable, int]]:
+    """``{task: (dataset, collate, batch size)}`` over the store of ``fmt`` (opened anew: nothing cached)."""
+    from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
+    from vlattn.data.features import open_store
+    from vlattn.data.karpathy import load_karpathy
+    from vlattn.data.vocab import build_vocabulary
+    from vlattn.data.vqa import VQADataset, build_question_vocabulary, collate_vqa, load_split
+    from vlattn.data.vqa_answers import AnswerVocabulary
+
+    root = data_root(args)
+    entries = load_karpathy(root / "dataset.json")
+    train = [e for e in entries if e.split == "train"]
+    vocab = build_vocabulary(entries)
+    if fmt == "anchor":
+        pairs = [(e.image_id, vocab.encode(c, 20)) for e in train for c in e.captions]
+        return {"xe": (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50)}
+    store = open_store(store_path(args, fmt))
+    split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
+    assert split.annotations is not None
+    answers = AnswerVocabulary.build((a.multiple_choice_answer for a in split.annotations.values()), top_k=3129)
+    questions = VQADataset(split.questions, split.annotations, store, build_question_vocabulary(split.questions),
+                           answers, 50)
+    return {"xe": (CaptionTrainSet(train, store, vocab, 50, 20), collate_train, 50),
+            "scst": (CaptionEvalSet(train, store, 50), collate_eval, 50),
+            "vqa": (questions, collate_vqa, 64)}
+
+
+# A100 SXM4 dense peak rates (NVIDIA A100 datasheet): FP32 19.5, TF32 tensor 156, BF16 tensor 312 TFLOPS
+A100_TFLOPS = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}
+
+
+def a100_bound(batch: int = 50) -> dict[str, Any]:
+    """The FLOPs of one XE step of the m2 preset (d=512) at batch ``batch`` (50 regions, 20 words, V=10,201),
+    counted by torch's FLOP counter, and the (image, caption) pairs per second an A100 would consume at each peak
+    rate: an upper bound of what the loader must supply (a real step reaches only part of the peak)."""
+    from vlattn.api import create_model
+    from vlattn.models.profile import flops_train_step
+
+    model = create_model("m2", vocab_size=10_201)
+    flops = flops_train_step(model, batch, 50, 20, 2048, 10_201)
+    return {"m2_xe_step_gflops": round(flops / 1e9, 1),
+            "pairs_per_s_at_peak": {name: round(batch * rate * 1e12 / flops) for name, rate in A100_TFLOPS.items()}}
+
+
+def section_loader(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for fmt in [*args.formats, "anchor"]:
+        path = store_path(args, "m2-hdf5" if fmt == "anchor" else fmt)
+        for cache in ("cold", "warm"):
+            if cache == "warm":
+                read_all(path)
+            for task in ("xe", "scst", "vqa"):
+                for workers in args.workers:
+                    sets = loader_sets(args, fmt)
+                    if task not in sets:
+                        continue
+                    dataset, collate, batch = sets[task]
+                    values = []
+                    for repeat in range(args.repeats):
+                        if cache == "cold":
+                            drop_cache(path)
+                        seed = zlib.crc32(f"{fmt} {cache} {task} {workers} {repeat}".encode())
+                        values.append(rate(dataset, collate, batch, workers, args.batches, seed))
+                    rows.append({"format": fmt, "cache": cache, "task": task, "workers": workers,
+                                 "items_per_s": round(statistics.median(values), 1),
+                                 "runs": [round(v) for v in values]})
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                    del sets, dataset
+                    gc.collect()
+    return {"rows": rows, "a100": a100_bound()}
+
+
+# --- memory -----------------------------------------------------------------------------------------------------
+
+
+def memory_of(pid: int) -> dict[str, int]:
+    """Pss_Anon and Private_Dirty (kB) of ``pid`` from /proc/PID/smaps_rollup ({} once it has exited)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return {}
+    values = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("Pss_Anon", "Private_Dirty", "Rss", "Pss_File"):
+            values[name] = int(rest.split()[0])
+    return values
+
+
+class Sampler:
+    """Peak memory (:func:`memory_of`) of this process and the pids ``pids()`` returns, sampled every 0.2 s."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self.pids, self.peaks, self.first = pids, {}, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(0.2)
+
+    def sample(self) -> None:
+        for role, pid in [("main", os.getpid()), *((f"worker{i}", p) for i, p in enumerate(self.pids()))]:
+            values = memory_of(pid)
+            if values:
+                self.first.setdefault(role, values)
+                peak = self.peaks.setdefault(role, {})
+                for key, value in values.items():
+                    peak[key] = max(peak.get(key, 0), value)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def child_memory_xe(args: argparse.Namespace) -> dict[str, Any]:
+    """The XE training data of ``vlattn train`` through an epoch with ``args.child_workers`` workers."""
+    from vlattn.config import DataConfig
+    from vlattn.tasks.captioning import collate_train, load_caption_data
+    from vlattn.training.loop import EpochBatchSampler
+
+    root = data_root(args)
+    start = time.perf_counter()
+    data = load_caption_data(DataConfig(root=str(root), karpathy="dataset.json",
+                                        features=str(store_path(args, "memmap").relative_to(root))))
+    dataset = data.train_set()
+    built = time.perf_counter() - start
+    sampler = EpochBatchSampler(len(dataset), 50, seed=1, epoch=0)
+    limit = args.memory_batches or len(sampler)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_train, num_workers=args.child_workers,
+                        generator=torch.Generator().manual_seed(1))
+    iterator = iter(loader)
+    workers = [w.pid for w in getattr(iterator, "_workers", [])]
+    count, start = 0, time.perf_counter()
+    with Sampler(lambda: workers) as sampler_:
+        for index, batch in enumerate(iterator):
+            count += len(batch["tokens"])
+            if index + 1 >= limit:
+                break
+        sampler_.sample()
+    seconds = time.perf_counter() - start
+    del iterator
+    mb = {role: {k: round(v / 1024, 1) for k, v in peak.items()} for role, peak in sampler_.peaks.items()}
+    growth = {role: round((sampler_.peaks[role]["Private_Dirty"] - first["Private_Dirty"]) / 1024, 1)
+              for role, first in sampler_.first.items()}
+    return {"workers": args.child_workers, "items": count, "pairs": len(dataset), "seconds": round(seconds, 1),
+            "build_s": round(built, 2), "peak_mb": mb, "private_growth_mb": growth,
+            "total_pss_anon_mb": round(sum(p["Pss_Anon"] for p in sampler_.peaks.values()) / 1024, 1)}
+
+
+def child_memory_cider(args: argparse.Namespace) -> dict[str, Any]:
+    """Time and memory of the CIDEr-D document frequencies of every training reference."""
+    from vlattn.data.karpathy import load_karpathy
+    from vlattn.metrics import CiderDocumentFrequency
+
+    entries = [e for e in load_karpathy(data_root(args) / "dataset.json") if e.split == "train"]
+    references = [[" ".join(tokens) for tokens in e.captions] for e in entries]
+    with Sampler(lambda: []) as sampler_:
+        before = memory_of(os.getpid())["Pss_Anon"]
+        start = time.perf_counter()
+        table = CiderDocumentFrequency.build(references, mode="image", eos_token="<eos>")
+        built = time.perf_counter() - start
+        sampler_.sample()
+    cache = Path(args.work) / "cider_df.npz"
+    table.save(cache)
+    start = time.perf_counter()
+    CiderDocumentFrequency.cached(cache, references, mode="image", eos_token="<eos>")
+    loaded = time.perf_counter() - start
+    cache.unlink()
+    return {"references": sum(map(len, references)), "images": len(references), "build_s": round(built, 2),
+            "cached_s": round(loaded, 2), "peak_extra_mb": round((sampler_.peaks["main"]["Pss_Anon"] - before) / 1024, 1)}
+
+
+def in_child(args: argparse.Namespace, name: str, *extra: str) -> dict[str, Any]:
+    """Run ``--child name`` of this script in a new process (clean memory figures); its JSON result."""
+    command = [sys.executable, __file__, "--child", name, "--images", str(args.images), "--work", args.work,
+               "--regions", str(args.regions), "--dim", str(args.dim), "--memory-batches", str(args.memory_batches),
+               *(["--sparse"] if args.sparse else []), *extra]
+    out = subprocess.run(command, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"--child {name} failed: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def section_memory(args: argparse.Namespace) -> dict[str, Any]:
+    xe = [in_child(args, "memory-xe", "--child-workers", str(w)) for w in args.workers]
+    return {"xe": xe, "cider_df": in_child(args, "memory-cider")}
+
+
+# --- start-up ---------------------------------------------------------------------------------------------------
+
+
+def train_command(args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
+    root = data_root(args)
+    features = store_path(args, "memmap").relative_to(root)
+    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", args.preset, "--out", str(out),
+            "--device", "cpu", "--set", f"data.root={root}", "--set", "data.karpathy=dataset.json",
+            "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=2",
+            "--set", "train.val_max_images=50", "--set", f"model.feature_dim={args.dim}",
+            *extra]
+
+
+def first_step(args: argparse.Namespace, out: Path) -> float:
+    """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
+    saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
+    start = time.perf_counter()
+    errors = out.with_name(f"{out.name}.log")
+    errors.parent.mkdir(parents=True, exist_ok=True)
+    with open(errors, "wb") as stderr:
+        process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=stderr)
+        log = out / "metrics.jsonl"
+        seconds = None
+        while process.poll() is None:
+            if log.exists() and '"train"' in log.read_text():
+                seconds = time.perf_counter() - start
+                process.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.05)
+        process.wait()
+    if seconds is None:
+        raise RuntimeError(f"vlattn train ended before its first step: {errors.read_text()[-2000:]}")
+    return seconds
+
+
+def phases(args: argparse.Namespace) -> dict[str, float]:
+    """Seconds of each start-up phase of the XE and SCST stages, in one process."""
+    from vlattn.config import DataConfig
+    from vlattn.tasks.captioning import load_caption_data, training_reward
+
+    root = data_root(args)
+    cfg = DataConfig(root=str(root), karpathy="dataset.json", features=str(store_path(args, "memmap").relative_to(root)))
+    timings: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        out = fn()
+        timings[name] = round(time.perf_counter() - start, 2)
+        return out
+
+    from vlattn.data.karpathy import load_karpathy
+    from vlattn.data.karpathy_cache import cache_file, load_karpathy_cached
+
+    timed("karpathy_parse", lambda: load_karpathy(root / "dataset.json"))
+    timed("karpathy_cached", lambda: load_karpathy_cached(root / "dataset.json", cache_file(root, "dataset.json")))
+    data = timed("load_caption_data", lambda: load_caption_data(cfg))
+    timed("fingerprint", data.fingerprint)
+    timed("train_set", data.train_set)
+    timed("train_set.lengths", lambda: data.train_set().lengths())
+    timed("prepare_resources", lambda: data.prepare_resources(torch.nn.Module(), 0))
+    shutil.rmtree(root / "cache", ignore_errors=True)
+    timed("cider_df_build", lambda: training_reward(data))
+    timed("cider_df_cached", lambda: training_reward(data))
+    return timings
+
+
+def section_startup(args: argparse.Namespace) -> dict[str, Any]:
+    runs = Path(args.work) / "runs"
+    shutil.rmtree(data_root(args) / "cache", ignore_errors=True)
+    result = {"preset": args.preset}
+    for label in ("no_cache", "cached"):
+        out = runs / f"startup-{label}"
+        shutil.rmtree(out, ignore_errors=True)
+        result[f"first_step_s_{label}"] = round(first_step(args, out), 1)
+    result["phases"] = in_child(args, "phases")
+    return result
+
+
+# --- conversion and evaluation ------------------------------------------------------------------------------------
+
+
+# Runs a command and prints its exit status and peak RSS (kB). A fresh interpreter forks the command: a child's
+# ru_maxrss counts the RSS its parent had when it forked, which for this script includes mapped store files.
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL, "
+    "stderr=open(sys.argv[1], 'w')); print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def peak_of(command: list[str], log: Path) -> tuple[float, float]:
+    """Run ``command`` (its stderr to ``log``): (seconds, peak RSS in MB)."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, str(log), *command], capture_output=True, text=True,
+                         check=True)
+    seconds = time.perf_counter() - start
+    status, peak_kb = (int(v) for v in out.stdout.split())
+    if status != 0:
+        raise RuntimeError(f"{' '.join(command[:3])} failed: {log.read_text()[-2000:]}")
+    return seconds, peak_kb / 1024
+
+
+def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    tsv = store_path(args, "tsv")
+    drop_cache(tsv)
+    size, seconds = read_all(tsv)
+    disk = size / seconds / 2**20
+    out = Path(args.work) / "converted"
+    shutil.rmtree(out, ignore_errors=True)
+    drop_cache(tsv)
+    vlattn = str(Path(sys.executable).with_name("vlattn"))
+    convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"],
+                             data_root(args) / "convert.log")
+    shutil.rmtree(out)
+    convert = size / convert_s / 2**20
+    return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
+            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss)}
+
+
+def section_eval(args: argparse.Namespace) -> dict[str, Any]:
+    from vlattn.tasks.captioning import score_predictions
+
+    run = Path(args.work) / "runs" / "eval"
+    shutil.rmtree(run, ignore_errors=True)
+    first_step(args, run)
+    checkpoint = run / "checkpoints" / "last"
+    vlattn = str(Path(sys.executable).with_name("vlattn"))
+    root = data_root(args)
+    entries = {e["cocoid"]: [s["raw"] for s in e["sentences"]]
+               for e in json.loads((root / "dataset.json").read_text())["images"] if e["split"] == "test"}
+    rows = []
+    for beam in args.beams:
+        seconds, rss = peak_of([vlattn, "eval", "--checkpoint", str(checkpoint), "--beam-size", str(beam),
+                                "--device", "cpu", "--json"], run.parent / f"eval-beam{beam}.log")
+        predictions = {row["image_id"]: row["caption"]
+                       for row in json.loads((run / "eval" / "test_predictions.json").read_text())}
+        start = time.perf_counter()
+        report = score_predictions(predictions, {i: entries[i] for i in predictions})
+        metrics_s = time.perf_counter() - start
+        rows.append({"beam": beam, "images": len(predictions), "seconds": round(seconds, 1),
+                     "images_per_s": round(len(predictions) / seconds, 2), "metrics_s": round(metrics_s, 1),
+                     "metrics_share": round(metrics_s / seconds, 3), "peak_rss_mb": round(rss),
+                     "unavailable": sorted(report["unavailable"])})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return {"preset": args.preset, "rows": rows}
+
+
+# --- RESULTS.md sections ------------------------------------------------------------------------------------------
+
+
+def md_loader(results: dict[str, Any]) -> str:
+    rows = {(r["format"], r["task"], r["cache"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
+    workers = sorted({key[3] for key in rows})
+    head = " | ".join(f"{cache} {w}w" for cache in ("cold", "warm") for w in workers)
+    lines = [f"| store | batches | {head} |", "|---|---|" + "---|" * 2 * len(workers)]
+    for fmt, task in dict.fromkeys((key[0], key[1]) for key in rows):
+        cells = " | ".join(f"{rows.get((fmt, task, cache, w), 0):.0f}" for cache in ("cold", "warm") for w in workers)
+        lines.append(f"| {fmt} | {task} | {cells} |")
+    ratios = ", ".join(f"{w}w {rows[('memmap', 'xe', 'cold', w)] / rows[('anchor', 'xe', 'cold', w)]:.1f}x"
+                       for w in workers)
+    a100 = results["loader"]["a100"]
+    peak = ", ".join(f"{name} {value:,}" for name, value in a100["pairs_per_s_at_peak"].items())
+    return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
+            f"{results.get('repeats', 1)} runs into batches (XE: "
+            "50 (image, caption) pairs; SCST: 50 images with references; VQA: 64 questions) after the first batch, "
+            "0/1/2 DataLoader workers; cold: every file of the store dropped from the page cache with "
+            "`posix_fadvise(POSIX_FADV_DONTNEED)` first; warm: every file read once first. `anchor`: the released M2 "
+            "code's access (HDF5 file opened per item, `f['%d_features' % id][()]`, padded in float64).\n\n"
+            + "\n".join(lines)
+            + f"\n\nmemmap / anchor, XE cold: {ratios}. An A100 at peak would take the m2 preset's XE step "
+            f"({a100['m2_xe_step_gflops']} GFLOPs at batch 50, torch's FLOP counter) at {peak} pairs/s "
+            "(FP32 / TF32 / BF16 dense peak of NVIDIA's A100 datasheet; an upper bound: real steps reach part of it).")
+
+
+def md_memory(results: dict[str, Any]) -> str:
+    lines = ["| workers | main PSS anon (MB) | each worker PSS anon (MB) | each worker dirtied (MB) | total (MB) |",
+             "|---|---|---|---|---|"]
+    for run in results["memory"]["xe"]:
+        peaks = run["peak_mb"]
+        workers = [role for role in peaks if role != "main"]
+        anon = ", ".join(f"{peaks[r]['Pss_Anon']:.0f}" for r in workers) or "-"
+        dirty = ", ".join(f"{run['private_growth_mb'][r]:.0f}" for r in workers) or "-"
+        lines.append(f"| {run['workers']} | {peaks['main']['Pss_Anon']:.0f} | {anon} | {dirty} | "
+                     f"{run['total_pss_anon_mb']:.0f} |")
+    cider = results["memory"]["cider_df"]
+    first = results["memory"]["xe"][0]
+    return (f"{results['images']:,} images ({first['pairs']:,} training pairs), the XE data of `vlattn train` "
+            f"(`load_caption_data`, default `data.region_cache_mb`), {first['items']:,} pairs of the epoch; peak "
+            "proportional anonymous memory (page cache excluded) from /proc/PID/smaps_rollup every 0.2 s; "
+            "'dirtied': the growth of a worker's private dirty memory after its first sample (copy-on-write copies "
+            "and its own allocations).\n\n" + "\n".join(lines)
+            + f"\n\nCIDEr-D document frequencies of {cider['references']:,} references ({cider['images']:,} images): "
+            f"built in {cider['build_s']} s with {cider['peak_extra_mb']} MB extra at the peak; loaded from the "
+            f"cache in {cider['cached_s']} s.")
+
+
+def md_startup(results: dict[str, Any]) -> str:
+    startup = results["startup"]
+    phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
+    return (f"`vlattn train --config {startup['preset']}` on CPU, {results['images']:,} images: seconds from launch to "
+            "the first training record (the first step included)\n\n"
+            "| caches in the data directory | seconds |\n|---|---|\n"
+            f"| none | {startup['first_step_s_no_cache']} |\n| present | {startup['first_step_s_cached']} |\n\n"
+            f"Phases in one process: {phases}.")
+
+
+def md_convert(results: dict[str, Any]) -> str:
+    c = results["convert"]
+    return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first.\n\n"
+            "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
+            f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
+            f"{c['convert_s']} | {c['peak_rss_mb']} |")
+
+
+def md_eval(results: dict[str, Any]) -> str:
+    lines = ["| beam | images | seconds | images/s | metrics (s) | metrics' share | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["eval"]["rows"]:
+        lines.append(f"| {r['beam']} | {r['images']:,} | {r['seconds']} | {r['images_per_s']} | {r['metrics_s']} | "
+                     f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
+    missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
+    return (f"`vlattn eval` (CPU) of a two-step `{results['eval']['preset']}` checkpoint on the test split; an "
+            "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
+            f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
+            + "\n".join(lines))
+
+
+SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "loader": ("Scale: loader throughput", md_loader), "memory": ("Scale: memory", md_memory),
+    "startup": ("Scale: start-up", md_startup), "convert": ("Scale: TSV to memmap conversion", md_convert),
+    "eval": ("Scale: evaluation", md_eval)}
+
+
+def write_results(results: dict[str, Any], command: str) -> None:
+    """Write a RESULTS.md section for each measured section, with ``command``."""
+    from results import write_section
+
+    for name, (heading, render) in SECTION_MARKDOWN.items():
+        if name in results:
+            text = render(results)
+            if results["sparse"]:
+                text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
+                         "without disk I/O).")
+            paragraphs = [p if p.startswith("|") else textwrap.fill(p, 120) for p in text.split("\n\n")]
+            write_section(heading, "\n\n".join(paragraphs) + f"\n\nCommand: `{command}`")
+
+
+# --- command line -------------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=10_000, help="images of the workload (COCO: 123287)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
+    parser.add_argument("--formats", default=",".join(workload.FORMATS), help="stores of the loader section")
+    parser.add_argument("--workers", default="0,1,2", help="DataLoader worker counts (loader, memory)")
+    parser.add_argument("--batches", type=int, default=30, help="timed batches per loader measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="loader measurements per setting (median reported)")
+    parser.add_argument("--memory-batches", type=int, default=0, help="batches of the memory epoch (0: all)")
+    parser.add_argument("--regions", type=int, default=50, help="regions per image")
+    parser.add_argument("--dim", type=int, default=2048, help="feature size")
+    parser.add_argument("--preset", default="m2", help="config of the start-up and eval sections")
+    parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
+    parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
+    parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
+    parser.add_argument("--prepare-only", action="store_true", help="write the sections' workload, measure nothing")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--write", action="store_true", help="write the sections' tables to benchmarks/RESULTS.md")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-workers", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.sections = [s for s in args.sections.split(",") if s]
+    args.formats = [f for f in args.formats.split(",") if f]
+    args.workers = [int(w) for w in args.workers.split(",")]
+    args.beams = [int(b) for b in args.beams.split(",")]
+    unknown = [s for s in args.sections if s not in SECTIONS] + [f for f in args.formats if f not in workload.FORMATS]
+    if unknown:
+        parser.error(f"unknown section or format: {', '.join(unknown)}")
+    if args.sparse and args.child is None and {"loader", "convert"} & set(args.sections):
+        parser.error("--sparse has no feature bytes: the loader and convert sections need a real store")
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    formats = set(args.formats) if "loader" in args.sections else set()
+    formats |= {"memmap"} if {"memory", "startup", "eval"} & set(args.sections) else set()
+    formats |= {"tsv"} if "convert" in args.sections else set()
+    formats |= {"m2-hdf5"} if "loader" in args.sections else set()
+    results: dict[str, Any] = {"images": args.images, "regions": args.regions, "dim": args.dim,
+                               "sparse": args.sparse, "repeats": args.repeats, "split": workload.split_sizes(args.images)}
+    results["generate_s"] = {k: round(v, 1) for k, v in prepare(args, sorted(formats)).items()}
+    if args.prepare_only:
+        return results
+    sections: dict[str, Callable[[argparse.Namespace], Any]] = {
+        "loader": section_loader, "memory": section_memory, "startup": section_startup, "convert": section_convert,
+        "eval": section_eval}
+    for name in args.sections:
+        start = time.perf_counter()
+        results[name] = sections[name](args)
+        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return results
+
+
+CHILDREN: dict[str, Callable[[argparse.Namespace], Any]] = {
+    "memory-xe": child_memory_xe, "memory-cider": child_memory_cider, "phases": phases}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    if args.child is not None:
+        print(json.dumps(CHILDREN[args.child](args)))
+        return
+    made = args.work is None
+    args.work = args.work or tempfile.mkdtemp(prefix="vlattn-scale-")
+    os.environ["XDG_CACHE_HOME"] = str(Path(args.work) / "xdg-cache")  # the TSV index cache stays in the workload
+    try:
+        results = run(args)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.work if made else data_root(args), ignore_errors=True)
+            shutil.rmtree(Path(args.work) / "runs", ignore_errors=True)
+            shutil.rmtree(Path(args.work) / "xdg-cache", ignore_errors=True)
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    if args.write:
+        write_results(results, recorded_command(sys.argv[1:]))
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command line for RESULTS.md: without where files went (``--work``, ``--json``, ``--keep``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--work", "--json"):
+            skip = True
+        elif arg != "--keep" and not arg.startswith(("--work=", "--json=")):
+            kept.append(arg)
+    return " ".join([".venv/bin/python", "benchmarks/bench_scale.py", *kept])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Smoke tests of the scale and GPU benchmarks at a tiny size, through their command lines
+(benchmarks/bench_scale.py, benchmarks/bench_gpu.py): every section runs, reports what it measured, and the
+generated workload is deleted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+FORMATS = ("memmap", "m2-hdf5", "npz-dir", "tsv", "lmdb")
+
+
+def bench_scale(tmp_path: Path, *options: str) -> dict:
+    out = tmp_path / "results.json"
+    work = tmp_path / "work"
+    work.mkdir()
+    command = [sys.executable, str(BENCHMARKS / "bench_scale.py"), "--images", "40", "--regions", "6", "--dim", "32",
+               "--work", str(work), "--json", str(out), *options]
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+    assert list(work.iterdir()) == []  # the workload, runs and caches are gone
+    return json.loads(out.read_text())
+
+
+def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
+    pytest.importorskip("lmdb")
+    results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--repeats", "1",
+                          "--workers", "0,1", "--memory-batches", "2")
+    assert results["split"] == [36, 2, 2]
+    rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
+    expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
+    expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
+    assert set(rows) == expected and all(rate > 0 for rate in rows.values())
+    a100 = results["loader"]["a100"]
+    assert a100["m2_xe_step_gflops"] > 0 and set(a100["pairs_per_s_at_peak"]) == {"fp32", "tf32", "bf16"}
+    xe = {run["workers"]: run for run in results["memory"]["xe"]}
+    assert set(xe[0]["peak_mb"]) == {"main"} and set(xe[1]["peak_mb"]) == {"main", "worker0"}
+    assert xe[1]["items"] == 2 * 50 and xe[0]["pairs"] == 36 * 5
+    assert results["memory"]["cider_df"]["references"] == 36 * 5
+    convert = results["convert"]
+    assert convert["disk_read_mb_s"] > 0 and convert["convert_s"] > 0 and convert["peak_rss_mb"] > 0
+
+
+@pytest.mark.slow
+def test_startup_and_eval_sections(tmp_path: Path) -> None:
+    results = bench_scale(tmp_path, "--sections", "startup,eval", "--preset", "m2-demo", "--beams", "1")
+    startup = results["startup"]
+    assert startup["first_step_s_no_cache"] > 0 and startup["first_step_s_cached"] > 0
+    assert {"load_caption_data", "fingerprint", "cider_df_build", "cider_df_cached"} <= set(startup["phases"])
+    (row,) = results["eval"]["rows"]
+    assert row["beam"] == 1 and row["images"] == 2 and 0 < row["metrics_share"] < 1
+
+
+def test_bench_gpu_runs_its_code_path_on_the_cpu(import_benchmark, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = import_benchmark("bench_gpu")
+    argv = ["--device", "cpu", "--tiny", "--presets", "m2-demo,updown-demo", "--steps", "1", "--warmup", "0",
+            "--compile-backend", "eager"]
+    assert bench.main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    measured = {(r["preset"], r["mode"], r["phase"]) for r in rows if "phase" in r}
+    expected = {(p, m, ph) for p in ("m2-demo", "updown-demo") for m in ("fp32", "bf16", "compile")
+                for ph in ("xe", "scst", "beam")}
+    assert measured == expected - {("updown-demo", "compile", ph) for ph in ("xe", "scst", "beam")}
+    assert [r["skipped"] for r in rows if "skipped" in r] == ["UpDownCaptioner has no backbone_layers()"]
+    assert all(r["images_per_s"] > 0 and r["peak_mib"] is None for r in rows if "phase" in r)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine measures instead")
+def test_bench_gpu_without_cuda_says_so_in_one_line(import_benchmark, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = import_benchmark("bench_gpu")
+    assert bench.main(["--presets", "m2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "bench_gpu: no CUDA device on this machine; nothing measured (--device cpu runs the code path)"]
