@@ -9,16 +9,19 @@ again, so an interrupted benchmark resumes where it stopped (an interrupted job 
 Presets (each as its ``make`` target runs it, one torch thread):
 
 - ``demo``: ``python -m vlattn.demo`` (XE then SCST; test CIDEr-D of both);
-- ``demo-xe``: the same without SCST (a cheaper probe of the XE stage);
-- ``demo-vqa``: ``python -m vlattn.demo_vqa`` (official VQA accuracy overall and per answer type).
+- ``demo-vqa``: ``python -m vlattn.demo_vqa`` (official VQA accuracy overall and per answer type);
+- ``xe:CONFIG``: ``python -m vlattn.demo --no-scst --config CONFIG`` (XE only: ``xe:demo`` is the demo's XE stage,
+  ``xe:m2-demo`` the synthetic M2 comparison's model, ...); an ``xe:demo`` job takes its figures from the finished
+  ``demo`` job of its seed, kernel and settings when there is one (that job's XE stage is the same run);
+- ``vqa:CONFIG``: ``python -m vlattn.demo_vqa --config CONFIG`` (``vqa:vqa-catt-demo``, ...).
 
 Kernels: ``best`` (the variable unset: the host's best path), or a value of ``ATEN_CPU_CAPABILITY`` (``avx2``,
 ``avx512``, ``default``, ...); the path torch actually took is recorded per job.
 
 Usage: ``python benchmarks/bench_variance.py [--presets demo demo-vqa] [--seeds 1234 1 2 3 4]
-[--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--report-only] [--write]``.
+[--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--report-only] [--write [SECTION]]``.
 ``--set`` items go to every job's demo (a probe of other settings; use another ``--work``). ``--write`` puts the
-table into RESULTS.md ("## Demo variance over seeds and CPU kernels").
+table into RESULTS.md, under "## Demo variance over seeds and CPU kernels" or the section named.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -39,6 +43,22 @@ REPO = Path(__file__).resolve().parent.parent
 SECTION = "Demo variance over seeds and CPU kernels"
 
 
+FIXED = {"demo": ("vlattn.demo", "demo"), "demo-vqa": ("vlattn.demo_vqa", "vqa-demo")}
+KINDS = {"xe": "vlattn.demo", "vqa": "vlattn.demo_vqa"}  # ``KIND:CONFIG`` presets
+
+
+def preset_name(text: str) -> str:
+    """``text`` if it names a preset (``demo``, ``demo-vqa``, ``xe:CONFIG``, ``vqa:CONFIG``), else a usage error."""
+    kind, _, config = text.partition(":")
+    if text in FIXED or (kind in KINDS and config):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: not demo, demo-vqa, xe:CONFIG or vqa:CONFIG")
+
+
+def is_vqa(preset: str) -> bool:
+    return preset == "demo-vqa" or preset.startswith("vqa:")
+
+
 @dataclass(frozen=True)
 class Job:
     preset: str
@@ -47,7 +67,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return f"{self.preset}-{self.kernel}-s{self.seed}"
+        return f"{self.preset.replace(':', '-')}-{self.kernel}-s{self.seed}"
 
 
 def kernel_env(kernel: str) -> dict[str, str]:
@@ -72,9 +92,11 @@ def run_dir(work: Path, job: Job) -> Path:
 
 def command(job: Job, work: Path, overrides: list[str]) -> list[str]:
     """The demo command of ``job`` (its seed and ``overrides`` as ``--set`` items)."""
-    module = {"demo": "vlattn.demo", "demo-xe": "vlattn.demo", "demo-vqa": "vlattn.demo_vqa"}[job.preset]
-    cmd = [sys.executable, "-m", module, "--data", str(work / "data"), "--out", str(run_dir(work, job))]
-    if job.preset == "demo-xe":
+    kind, _, config = job.preset.partition(":")
+    module, config = FIXED[job.preset] if job.preset in FIXED else (KINDS[kind], config)
+    cmd = [sys.executable, "-m", module, "--data", str(work / "data"), "--out", str(run_dir(work, job)),
+           "--config", config]
+    if kind == "xe":
         cmd.append("--no-scst")
     for item in [f"train.seed={job.seed}", *overrides]:
         cmd += ["--set", item]
@@ -88,7 +110,7 @@ def test_metrics(run: Path) -> dict:
 def collect(job: Job, work: Path) -> dict[str, float]:
     """The job's test figures from the metrics files its demo wrote."""
     run = run_dir(work, job)
-    if job.preset == "demo-vqa":
+    if is_vqa(job.preset):
         report = test_metrics(run)
         return {"overall": report["overall"], **{f"type {k}": v for k, v in report["perAnswerType"].items()}}
     figures = {"XE CIDEr-D": test_metrics(run)["scores"]["CIDEr"], "XE beam": test_metrics(run)["beam_size"]}
@@ -99,11 +121,31 @@ def collect(job: Job, work: Path) -> dict[str, float]:
     return figures
 
 
-def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None:
-    """Run ``job`` unless its result file exists; the result (figures, seconds, capability), or None on failure."""
+def demo_stage(job: Job, work: Path, overrides: list[str]) -> dict | None:
+    """An ``xe:demo`` job's result taken from the finished ``demo`` job of its seed, kernel and overrides (the XE
+    figures of that run; its time is not the XE stage's: ``seconds`` None), or None."""
+    done = work / "results" / f"{Job('demo', job.kernel, job.seed).name}.json"
+    if job.preset != "xe:demo" or not done.is_file():
+        return None
+    result = json.loads(done.read_text())
+    if result.get("overrides") != overrides:
+        return None
+    figures = {k: v for k, v in result["figures"].items() if k.startswith("XE ")}
+    return {**result, "job": job.name, "figures": figures, "seconds": None}
+
+
+def finished(job: Job, work: Path, overrides: list[str]) -> dict | None:
+    """The result of ``job`` if it has run: its result file, or (``xe:demo``) the ``demo`` job's XE figures."""
     done = work / "results" / f"{job.name}.json"
-    if done.is_file():
-        return json.loads(done.read_text())
+    return json.loads(done.read_text()) if done.is_file() else demo_stage(job, work, overrides)
+
+
+def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None:
+    """Run ``job`` unless it has run (:func:`finished`); the result (figures, seconds, capability), or None on
+    failure."""
+    result = finished(job, work, overrides)
+    if result is not None:
+        return result
     cmd = command(job, work, overrides)
     log = work / "logs" / f"{job.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +159,7 @@ def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None
         return None
     result = {"job": job.name, "capability": cap, "seconds": seconds, "overrides": overrides,
               "figures": collect(job, work)}
+    done = work / "results" / f"{job.name}.json"
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(result, indent=1))
     print(f"[variance] {job.name}: {result['figures']} in {seconds:.0f} s", flush=True)
@@ -126,11 +169,11 @@ def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None
 def floors(work: Path, presets: list[str], jobs: list[Job]) -> dict[str, float]:
     """The floors of the presets run: the best constant caption's test CIDEr-D, the majority answers' accuracy."""
     found: dict[str, float] = {}
-    if any(p.startswith("demo") and p != "demo-vqa" for p in presets):
+    if not all(is_vqa(p) for p in presets):
         from vlattn.demo import constant_floor
 
         found["constant caption CIDEr-D"] = constant_floor(work / "data")[1]
-    vqa = [j for j in jobs if j.preset == "demo-vqa" and (run_dir(work, j) / "config.yaml").is_file()]
+    vqa = [j for j in jobs if is_vqa(j.preset) and (run_dir(work, j) / "config.yaml").is_file()]
     if vqa:
         from vlattn.config import load_config
         from vlattn.tasks.vqa import majority_baseline, read_split
@@ -149,14 +192,14 @@ def describe(values: list[float]) -> str:
 
 
 def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) -> list[str]:
-    """Markdown rows: per preset and figure, each kernel's seeds and all runs together."""
+    """Markdown rows: per preset and figure, each kernel's seeds and (with several kernels) all runs together."""
     rows = ["| preset | figure | kernels | mean | sd | min | max | runs |", "|---|---|---|---|---|---|---|---|"]
-    presets = sorted({job.preset for job in results}, key=lambda p: (p == "demo-vqa", p))
+    presets = list(dict.fromkeys(sorted((job.preset for job in results), key=is_vqa)))
     for preset in presets:
         mine = {job: r for job, r in results.items() if job.preset == preset}
         figures = [f for f in next(iter(mine.values()))["figures"] if "beam" not in f]
         for figure in figures:
-            groups = [(f"{k} ({caps[k]})", [k]) for k in kernels] + [("all", kernels)]
+            groups = [(f"{k} ({caps[k]})", [k]) for k in kernels] + ([("all", kernels)] if len(kernels) > 1 else [])
             for label, members in groups:
                 values = [r["figures"][figure] for job, r in mine.items() if job.kernel in members]
                 if values:
@@ -179,37 +222,39 @@ def requirements(results: dict[Job, dict], floor: dict[str, float]) -> list[str]
 
     lines = []
     constant = floor.get("constant caption CIDEr-D")
-    for preset in ("demo", "demo-xe"):
+    for preset in ("demo", "xe:demo"):
         xe, scst = values(preset, "XE CIDEr-D"), values(preset, "SCST CIDEr-D")
         if xe and constant:
             sd = statistics.stdev(xe) if len(xe) > 1 else float("nan")
-            lines.append(f"- {preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
+            lines.append(f"{preset} XE: sd {sd:.4f} (<= 0.05: {verdict(sd <= 0.05)}); min {min(xe):.4f} = "
                          f"{min(xe) / constant:.2f}x the constant caption (>= 2x: {verdict(min(xe) >= 2 * constant)})")
         if scst and constant:
-            lines.append(f"- {preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
+            lines.append(f"{preset} SCST: min {min(scst):.4f} = {min(scst) / constant:.2f}x the constant caption "
                          f"(>= 3x: {verdict(min(scst) >= 3 * constant)})")
     overall = values("demo-vqa", "overall")
     if overall and "majority overall" in floor:
         margin = min(overall) - floor["majority overall"]
-        lines.append(f"- demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
+        lines.append(f"demo-vqa overall: min {min(overall):.2f} = majority {margin:+.2f} points "
                      f"(>= +25: {verdict(margin >= 25)})")
         for key, prior in floor.items():
             if key.startswith("majority type "):
                 kind = key.removeprefix("majority ")
                 low = min(values("demo-vqa", kind))
-                lines.append(f"- demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
+                lines.append(f"demo-vqa {kind}: min {low:.2f} vs majority {prior:.2f} ({verdict(low > prior)})")
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=["demo", "demo-vqa"], choices=["demo", "demo-xe", "demo-vqa"])
+    parser.add_argument("--presets", nargs="+", type=preset_name, default=["demo", "demo-vqa"],
+                        help="demo, demo-vqa, xe:CONFIG, vqa:CONFIG (see above)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1234, 1, 2, 3, 4])
     parser.add_argument("--kernels", nargs="+", default=["avx2", "best"])
     parser.add_argument("--work", type=Path, default=Path("runs/bench-variance"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
-    parser.add_argument("--write", action="store_true", help=f"write the table to RESULTS.md ({SECTION!r})")
+    parser.add_argument("--write", nargs="?", const=SECTION, metavar="SECTION",
+                        help=f"write the table to RESULTS.md, under SECTION (default {SECTION!r})")
     args = parser.parse_args()
     work = args.work.resolve()
     caps = {kernel: capability(kernel) for kernel in args.kernels}
@@ -217,9 +262,9 @@ def main() -> int:
     jobs = [Job(p, k, s) for s in args.seeds for p in args.presets for k in args.kernels]
     results: dict[Job, dict] = {}
     for job in jobs:
-        done = work / "results" / f"{job.name}.json"
-        result = json.loads(done.read_text()) if args.report_only and done.is_file() else None
-        if not args.report_only:
+        if args.report_only:
+            result = finished(job, work, args.overrides)
+        else:
             result = run_job(job, work, args.overrides, caps[job.kernel])
         if result is not None:
             results[job] = result
@@ -228,15 +273,18 @@ def main() -> int:
         return 1
     lines = table(results, args.kernels, caps)
     floor = floors(work, args.presets, jobs)
-    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()), "",
-              "Targets over all runs:", *requirements(results, floor), ""]
-    seconds = [r["seconds"] for r in results.values()]
-    lines.append(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, max {max(seconds):.0f}")
+    targets = requirements(results, floor)
+    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()) + "."
+              + (" Targets over all runs: " + "; ".join(targets) + "." if targets else "")]
     print("\n".join(lines))
+    seconds = [r["seconds"] for r in results.values() if r["seconds"] is not None]
+    if seconds:  # the shared machine's wall time: printed, not a result
+        print(f"Job wall time (one torch thread, s): mean {statistics.fmean(seconds):.0f}, max {max(seconds):.0f}")
     if args.write:
-        cmd = " ".join(["benchmarks/bench_variance.py", "--presets", *args.presets, "--seeds", *map(str, args.seeds),
-                        "--kernels", *args.kernels, *[f"--set {o}" for o in args.overrides]])
-        write_section(SECTION, "\n".join([f"Command: `.venv/bin/python {cmd}`", "", *lines]))
+        section = [] if args.write == SECTION else ["--write", args.write]
+        cmd = shlex.join(["benchmarks/bench_variance.py", "--presets", *args.presets, "--seeds", *map(str, args.seeds),
+                          "--kernels", *args.kernels, *[a for o in args.overrides for a in ("--set", o)], *section])
+        write_section(args.write, "\n".join([f"Command: `.venv/bin/python {cmd}`", "", *lines]))
     return 0 if len(results) == len(jobs) else 1
 
 
