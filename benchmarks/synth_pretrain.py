@@ -7,7 +7,10 @@ test split (official VQA accuracy) and write the means, the paired differences w
 data").
 
 Variants (:data:`VARIANTS`): LXMERT, and the other kinds or attention choices given as config overrides of both
-presets. Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
+presets. LXMERT+CATT's image and word dictionaries (100 entries each, as vqa-catt-demo's) are initialised by k-means
+in a fresh run's prepare step: the pretraining run's over its training regions and the WordPiece counts of its
+captions and questions, the scratch fine-tuning run's over the same regions and its questions' counts; the
+fine-tuning run from the pretrained one loads them with the other weights. Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
 command is ``vlattn --threads 1 ...``; ``--wrap`` prefixes the training and evaluation commands (a job-queue
 wrapper), ``--jobs`` runs that many (variant, seed) chains at once, ``--collect-only`` only writes the table.
 """
@@ -29,6 +32,8 @@ from results import write_section
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
 VARIANTS: dict[str, tuple[str, list[str]]] = {  # key -> (row name, overrides of both presets)
     "lxmert": ("LXMERT", []),
+    "lxmert-catt": ("LXMERT+CATT (dictionaries of 100, k-means)", [
+        "model.kind=lxmert_catt", "model.options.image_dictionary.size=100", "model.options.word_dictionary.size=100"]),
     "lw-lxmert": ("LW-LXMERT 1x (G-MHA + G-FFN, k=2)", [
         *(f"model.{site}={{name: gmha, options: {{groups: 2, share_weights: true}}}}"
           for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")),
