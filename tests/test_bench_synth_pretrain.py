@@ -49,3 +49,35 @@ def test_lxmert_catt_pretrains_fine_tunes_and_tabulates(tmp_path: Path) -> None:
     again = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
     assert [line for line in again.splitlines() if line.startswith("| ")] == table
     assert [r.stat().st_mtime_ns for r in reports] == stamps  # the finished runs were skipped
+
+
+def write_runs(runs: Path, key: str, scratch: list[float], pretrained: list[float]) -> None:
+    """Finished runs of one variant as the script leaves them: the evaluations and the pretraining's val record."""
+    for seed, (a, b) in enumerate(zip(scratch, pretrained), start=1):
+        for start, overall in (("scratch", a), ("pretrained", b)):
+            report = {"overall": overall, "perAnswerType": {"yes/no": overall, "number": overall / 2, "other": overall - 20}}
+            (runs / f"{key}-{start}-s{seed}.eval.json").write_text(json.dumps(report))
+        (runs / f"{key}-pretrain-s{seed}").mkdir()
+        val = {"kind": "val", **{f"{task}_accuracy": 10.0 * seed for task in
+                                 ("words", "matching", "objects", "attributes", "answers")}}
+        (runs / f"{key}-pretrain-s{seed}" / "metrics.jsonl").write_text(json.dumps(val) + "\n")
+
+
+def test_collected_table_statistics(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    write_runs(runs, "lxmert", [50.0, 52.0, 54.0], [54.0, 57.0, 60.0])  # paired differences 4, 5, 6
+    write_runs(runs, "lw-lxmert", [60.0, 61.0, 62.0], [56.0, 56.0, 56.0])  # -4, -5, -6
+    write_runs(runs, "lxmert-catt", [50.0, 50.0, 50.0], [48.0, 51.0, 54.0])  # -2, 1, 4
+    command = [sys.executable, str(SCRIPT), "--runs", str(runs), "--variants", "lxmert", "lxmert-catt", "lw-lxmert",
+               "--collect-only", "--no-write"]
+    output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
+    # t(0.975, 2 df) = 4.303: half-width 4.303 x sd / sqrt(3)
+    assert "| LXMERT | scratch | 3 | 52.00 ± 4.97 | 52.00 ± 4.97 | 26.00 ± 2.48 | 32.00 ± 4.97 |" in output
+    assert "| LXMERT | pretrained | 3 | 57.00 ± 7.45 |" in output
+    assert "| LXMERT | pretrained − scratch (paired) | 3 | 5.00 ± 2.48 |" in output
+    assert "| LW-LXMERT 1x (G-MHA + G-FFN, k=2) | pretrained − scratch (paired) | 3 | -5.00 ± 2.48 |" in output
+    assert f"| {NAME} | pretrained − scratch (paired) | 3 | 1.00 ± 7.45 |" in output
+    assert (f"LXMERT: helps / {NAME}: no significant difference / LW-LXMERT 1x (G-MHA + G-FFN, k=2): hurts"
+            in output)
+    assert "LXMERT: words 20.0, matching 20.0, objects 20.0, attributes 20.0, answers 20.0" in output
