@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.data.features.readahead import prefetch
 from vlattn.errors import DataError
 
 
@@ -60,6 +63,22 @@ def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> Regio
     if regions.num_regions <= max_regions:
         return regions
     return RegionFeatures(regions.features[:max_regions], regions.boxes[:max_regions], regions.width, regions.height)
+
+
+class BatchReadahead(Dataset):
+    """Base of map-style datasets whose items read regions from ``self.store``: a DataLoader fetching a batch
+    calls ``__getitems__``, which hints the read-ahead of all the batch's images (:mod:`.features.readahead`) and
+    then returns the items ``self[i]`` in the order of ``indices``. Subclasses say which image each item reads."""
+
+    store: FeatureStore
+
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        """The image id each item of ``indices`` reads."""
+        raise NotImplementedError
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        prefetch(self.store, self.image_ids_at(indices))
+        return [self[index] for index in indices]
 
 
 class RegionSampler:

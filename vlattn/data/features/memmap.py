@@ -18,8 +18,9 @@ Files (R regions in total over M images, feature dimension D)::
 The raw files are opened lazily in each process, so a store object pickles cheaply to DataLoader workers, and an
 image's rows are read with one positioned read per file (``os.preadv`` into the output array), not through a
 memory map: with a cold page cache a read through a map is a page fault per 128 KiB of read-around, each a
-synchronous I/O, while one positioned read is one request (about 3.4 times the images/s on this project's disk;
-benchmarks/RESULTS.md "Scale: loader throughput"). The writer streams images (one in memory at a time) into a
+synchronous I/O, while one positioned read is one request. :meth:`MemmapStore.prefetch` hints the byte ranges of a
+whole batch to the kernel first (:mod:`.readahead`), so a batch's requests reach the disk together rather than one
+at a time (benchmarks/RESULTS.md "Scale: loader throughput"). The writer streams images (one in memory at a time) into a
 temporary directory that is renamed into place only when complete; ``meta.json`` is written last.
 """
 
@@ -36,6 +37,7 @@ from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.labels import RegionLabels
+from vlattn.data.features.readahead import will_need
 from vlattn.data.features.record import MEMMAP_KEY, Record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
 from vlattn.errors import DataError
@@ -128,6 +130,14 @@ class MemmapStore(IndexedStore):
             dim=self._dim,
         )
 
+    def prefetch(self, image_ids: Iterable[int]) -> None:
+        """Start reading the features and boxes of ``image_ids`` into the page cache (:mod:`.readahead`); ids not
+        in the store are left for :meth:`get` to report."""
+        rows = [row for row in map(self._rows.get, image_ids) if row is not None]
+        for file, (_, dtype), width in zip(self._files.get(), (_FEATURES, _BOXES), (self._dim, 4)):
+            row_bytes = width * dtype.itemsize
+            will_need(file.fileno(), ((int(self._offsets[row]) * row_bytes,
+                                       int(self._offsets[row + 1] - self._offsets[row]) * row_bytes) for row in rows))
 
     def detections(self, image_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The detector classes (N,) int64 and scores (N,) float32 of ``image_id``'s regions, or None when the
