@@ -565,6 +565,12 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
     first_step(args, run)
     checkpoint = run / "checkpoints" / "last"
+    from vlattn.api import load
+
+    captioner = load(checkpoint, "cpu")
+    size = {"parameters": sum(p.numel() for p in captioner.model.parameters()), "vocabulary": len(captioner.vocab),
+            "d_model": captioner.config.model.d_model}
+    del captioner
     vlattn = str(Path(sys.executable).with_name("vlattn"))
     root = data_root(args)
     entries = {e["cocoid"]: [s["raw"] for s in e["sentences"]]
@@ -583,7 +589,7 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
                      "metrics_share": round(metrics_s / seconds, 3), "peak_rss_mb": round(rss),
                      "unavailable": sorted(report["unavailable"])})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return {"preset": args.preset, "rows": rows}
+    return {"preset": args.preset, **size, "rows": rows}
 
 
 # --- RESULTS.md sections ------------------------------------------------------------------------------------------
@@ -692,7 +698,9 @@ def md_eval(results: dict[str, Any]) -> str:
         lines.append(f"| {r['beam']} | {r['images']:,} | {r['seconds']} | {r['images_per_s']} | {r['metrics_s']} | "
                      f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
     missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
-    return (f"`vlattn eval` (CPU) of a two-step `{results['eval']['preset']}` checkpoint on the test split; an "
+    ev = results["eval"]
+    return (f"`vlattn eval` (CPU) of a two-step `{ev['preset']}` checkpoint (d={ev['d_model']}, "
+            f"{ev['parameters']:,} parameters over {ev['vocabulary']:,} words) on the test split; an "
             "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
             f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
             + "\n".join(lines))
