@@ -5,7 +5,7 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
 
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
   with their references; VQA: batch 64 of questions) for each store format, the memmap store read item by item
-  (``memmap-items``: the DataLoader without the datasets' batch read-ahead) and the released M2 code's HDF5
+  (``memmap-items``: without the batch read-ahead of vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
@@ -168,8 +168,12 @@ def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[i
 
 def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
     """Items per second through a DataLoader of random batches, timed from the first batch's arrival."""
+    from vlattn.data.regions import BatchReadahead, ReadaheadBatches
+
     chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
-    loader = DataLoader(dataset, batch_sampler=chosen, collate_fn=collate, num_workers=workers)
+    # vlattn's datasets are read as the training loop reads them: the next batch hinted while this one is read
+    sampler = ReadaheadBatches(chosen, dataset) if isinstance(dataset, BatchReadahead) else chosen
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
     items, start = 0, 0.0
     for index, _ in enumerate(loader):
         if index == 0:
@@ -631,9 +635,10 @@ def md_loader(results: dict[str, Any]) -> str:
             f"references; VQA: 64 questions) after the first batch, {'/'.join(map(str, workers))} DataLoader "
             "workers; cold: every file of the store dropped from the page cache with "
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first, cells 'items/s (MB/s of store read)'; warm: every file "
-            "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets (a batch's "
-            "byte ranges hinted with `POSIX_FADV_WILLNEED` before its reads); `memmap-items`: the same store read "
-            "item by item (one synchronous read at a time); `anchor`: the released M2 code's access (HDF5 file "
+            "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets read as its "
+            "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
+            "this one is read); `memmap-items`: the same store read item by item (one synchronous read at a time); "
+            "`anchor`: the released M2 code's access (HDF5 file "
             "opened per item, `f['%d_features' % id][()]`, float32, padded in float64).\n\n"
             + "\n".join(lines)
             + f"\n\nDisk, same run, page cache dropped: sequential {disk['sequential_mb_s']} MB/s (8 MiB reads); "

@@ -17,6 +17,7 @@ from vlattn.data.features import MemmapStore, RegionFeatures, write_memmap, writ
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.checks import as_float32
 from vlattn.data.karpathy import ImageEntry
+from vlattn.data.regions import ReadaheadBatches
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import Annotation, Question, VQADataset, collate_vqa
 from vlattn.data.vqa_answers import AnswerVocabulary
@@ -89,6 +90,32 @@ def test_batches_equal_item_by_item_reads_in_the_samplers_order(
     assert [batch["image_ids"].tolist() for batch in batched] == expected_ids
     if task == "train":  # pairs 2k and 2k + 1 are the two captions of image k (storage order 11, 22, 33, 44)
         assert expected_ids == [[33, 11, 22], [11], [44, 22, 44, 33]]
+
+
+def test_readahead_batches_hint_the_next_batch_before_handing_out_this_one(
+    store: MemmapStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, list[int]]] = []
+    monkeypatch.setattr(MemmapStore, "prefetch", lambda self, ids: events.append(("hint", list(ids))))
+    dataset = CaptionEvalSet(ENTRIES, store, 3)  # item k reads image 11, 22, 33, 44
+    order = [[3, 0], [2], [1, 2]]
+    for ahead, expected in ((1, [("hint", [44, 11]), ("hint", [33]), ("batch", [3, 0]), ("hint", [22, 33]),
+                                 ("batch", [2]), ("batch", [1, 2])]),
+                            (2, [("hint", [44, 11]), ("hint", [33]), ("hint", [22, 33]), ("batch", [3, 0]),
+                                 ("batch", [2]), ("batch", [1, 2])])):
+        events.clear()
+        batches = ReadaheadBatches(order, dataset, ahead=ahead)
+        assert len(batches) == 3
+        for batch in batches:
+            events.append(("batch", batch))
+        assert events == expected
+    events.clear()
+    loaded = list(DataLoader(dataset, batch_sampler=ReadaheadBatches(order, dataset), collate_fn=collate_eval))
+    plain = list(DataLoader(ItemByItem(dataset), batch_sampler=order, collate_fn=collate_eval))
+    assert_same_batches(loaded, plain)
+    assert [ids for kind, ids in events] == [[44, 11], [33], [44, 11], [22, 33], [33], [22, 33]]  # + each batch's own
+    with pytest.raises(ValueError, match="ahead"):
+        ReadaheadBatches(order, dataset, ahead=0)
 
 
 def test_prefetch_hints_each_images_features_and_boxes(store: MemmapStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,31 @@ class BatchReadahead(Dataset):
     def __getitems__(self, indices: list[int]) -> list[Any]:
         prefetch(self.store, self.image_ids_at(indices))
         return [self[index] for index in indices]
+
+
+class ReadaheadBatches:
+    """The batches of ``batches`` (a batch sampler: lists of item indices of ``dataset``), the same in the same
+    order, each handed out once the read-ahead of the batch ``ahead`` places later has been hinted
+    (:meth:`BatchReadahead.__getitems__` hints each batch again as it is read): with a cold page cache the disk reads
+    the next batch while this one is decoded, collated and stepped on. Pass it as a DataLoader's ``batch_sampler``;
+    with workers the main process hints, and the page cache it fills is the workers' too."""
+
+    def __init__(self, batches: Sequence[list[int]], dataset: BatchReadahead, ahead: int = 1) -> None:
+        if ahead < 1:
+            raise ValueError(f"ahead must be >= 1, got {ahead}")
+        self.batches, self.dataset, self.ahead = batches, dataset, ahead
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        pending: deque[list[int]] = deque()
+        for batch in self.batches:
+            prefetch(self.dataset.store, self.dataset.image_ids_at(batch))
+            pending.append(batch)
+            if len(pending) > self.ahead:
+                yield pending.popleft()
+        yield from pending
 
 
 class RegionSampler:
