@@ -593,7 +593,7 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
                      "metrics_share": round(metrics_s / seconds, 3), "peak_rss_mb": round(rss),
                      "unavailable": sorted(report["unavailable"])})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return {"preset": args.preset, **size, "rows": rows}
+    return {"preset": args.preset, **size, "threads": os.environ.get("OMP_NUM_THREADS", "default"), "rows": rows}
 
 
 # --- RESULTS.md sections ------------------------------------------------------------------------------------------
@@ -704,7 +704,7 @@ def md_eval(results: dict[str, Any]) -> str:
                      f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
     missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
     ev = results["eval"]
-    return (f"`vlattn eval` (CPU) of a two-step `{ev['preset']}` checkpoint (d={ev['d_model']}, "
+    return (f"`vlattn eval` (CPU, OMP_NUM_THREADS={ev['threads']}) of a two-step `{ev['preset']}` checkpoint (d={ev['d_model']}, "
             f"{ev['parameters']:,} parameters over {ev['vocabulary']:,} words) on the test split; an "
             "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
             f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
