@@ -231,6 +231,19 @@ def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> d
     return out
 
 
+def batch_share_ms(args: argparse.Namespace, repeats: int = 10) -> float:
+    """Milliseconds to move one XE batch's features (50 x regions x dim float32) into shared memory, what a
+    DataLoader worker does with every batch it hands to the main process (median of ``repeats``)."""
+    batch = torch.rand(50, args.regions, args.dim)
+    times = []
+    for _ in range(repeats):
+        copy = batch.clone()
+        start = time.perf_counter()
+        copy.share_memory_()
+        times.append((time.perf_counter() - start) * 1e3)
+    return round(statistics.median(times), 1)
+
+
 def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
     """The store's size over its images: what a cold read of one image brings in, on average."""
     return round(sum(f.stat().st_size for f in files_of(source_path(args, fmt))) / args.images)
@@ -319,7 +332,8 @@ def section_loader(args: argparse.Namespace) -> dict[str, Any]:
                     del found, dataset
                     gc.collect()
     sizes = {fmt: bytes_per_image(args, fmt) for fmt in loader_variants(args.formats)}
-    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "a100": a100_bound()}
+    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "batch_share_ms": batch_share_ms(args),
+            "a100": a100_bound()}
 
 
 # --- memory -----------------------------------------------------------------------------------------------------
@@ -645,7 +659,9 @@ def md_loader(results: dict[str, Any]) -> str:
             f"random reads of one image's float16 features: one at a time {disk['random_qd1_mb_s']} MB/s "
             f"({disk['random_qd1_images_s']} images/s), {deep[2:]} in flight {disk[depth]} MB/s "
             f"({disk[f'random_{deep}_images_s']} images/s). XE cold, memmap / anchor: {ratios('memmap', 'anchor')}; "
-            f"memmap / memmap-items: {ratios('memmap', 'memmap-items')}."
+            f"memmap / memmap-items: {ratios('memmap', 'memmap-items')}. A worker moves each batch into shared "
+            f"memory for the main process: {loader.get('batch_share_ms', '?')} ms per XE batch of float32 features "
+            "(`share_memory_()`, same run)."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "

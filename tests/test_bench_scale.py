@@ -40,6 +40,7 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     sizes = results["loader"]["bytes_per_image"]
     assert sizes["memmap"] == sizes["memmap-items"] >= 6 * 32 * 2 + 6 * 16  # float16 features and float32 boxes
     assert sizes["anchor"] == sizes["m2-hdf5"] >= 6 * 32 * 4 + 6 * 16  # float32 features and boxes
+    assert results["loader"]["batch_share_ms"] > 0
     disk = results["loader"]["disk"]
     assert set(disk) == {"sequential_mb_s", "random_qd1_mb_s", "random_qd1_images_s", "random_qd32_mb_s",
                          "random_qd32_images_s"} and all(value > 0 for value in disk.values())
