@@ -240,8 +240,9 @@ def describe(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} | {sd:.4f} | {min(values):.4f} | {max(values):.4f} | {len(values)}"
 
 
-def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) -> list[str]:
-    """Markdown rows: per preset and figure, each kernel's seeds and (with several kernels) all runs together."""
+def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str], beams: bool = True) -> list[str]:
+    """Markdown rows: per preset and figure, each kernel's seeds and (with several kernels) all runs together; the
+    beam sizes used unless not ``beams``."""
     rows = ["| preset | figure | kernels | mean | sd | min | max | runs |", "|---|---|---|---|---|---|---|---|"]
     presets = list(dict.fromkeys(sorted((job.preset for job in results), key=is_vqa)))
     for preset in presets:
@@ -254,16 +255,16 @@ def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) ->
                 values = [r["figures"][figure] for job, r in mine.items() if job.kernel in members]
                 if values:
                     rows.append(f"| {label} | {figure} | {group} | {describe(values)} |")
-        beams = sorted({f"{f} {r['figures'][f]}" for r in mine.values() for f in r["figures"] if "beam" in f})
-        if beams:
-            rows.append(f"| {label} | beam sizes used | all | {', '.join(beams)} | | | | |")
+        used = sorted({f"{f} {r['figures'][f]}" for r in mine.values() for f in r["figures"] if "beam" in f})
+        if used and beams:
+            rows.append(f"| {label} | beam sizes used | all | {', '.join(used)} | | | | |")
     return rows
 
 
 def paired(results: dict[Job, dict], baseline: str, kernels: list[str], caps: dict[str, str],
            seeds: list[int]) -> list[str]:
     """Markdown rows: each other preset minus ``baseline`` per figure and kernel over the seeds both finished
-    (the difference per seed, then mean, sd and min of the differences), and the beam sizes chosen per seed."""
+    (the difference per seed, then mean, sd and min of the differences), and the seeds of each beam size chosen."""
     rows = ["| difference | figure | kernel | per seed | mean | sd | min | pairs |", "|---|---|---|---|---|---|---|---|"]
     found = {(job.preset, job.kernel, job.seed): r["figures"] for job, r in results.items()}
     presets = list(dict.fromkeys(job.preset for job in results))
@@ -285,7 +286,12 @@ def paired(results: dict[Job, dict], baseline: str, kernels: list[str], caps: di
         for kernel in kernels:
             chosen = [(s, found[preset, kernel, s]) for s in seeds if (preset, kernel, s) in found]
             for figure in sorted({f for _, figures in chosen for f in figures if "beam" in f}):
-                sizes = ", ".join(f"{figures[figure]} (seed {s})" for s, figures in chosen if figure in figures)
+                seeds_of: dict[int, list[str]] = {}
+                for seed, figures in chosen:
+                    if figure in figures:
+                        seeds_of.setdefault(figures[figure], []).append(str(seed))
+                sizes = ", ".join(f"{size} (seed{'s' * (len(of) > 1)} {', '.join(of)})"
+                                  for size, of in sorted(seeds_of.items()))
                 beams.append(f"{parts(preset)[0]} {figure} on {kernel}: {sizes}")
     return rows + (["", "Beam sizes chosen on validation: " + "; ".join(beams) + "."] if beams else [])
 
@@ -361,7 +367,7 @@ def main() -> int:
     if not results:
         print("[variance] no finished jobs")
         return 1
-    lines = table(results, args.kernels, caps)
+    lines = table(results, args.kernels, caps, beams=args.baseline is None)  # --baseline: the beams per seed
     if args.baseline is not None:
         lines += ["", *paired(results, args.baseline, args.kernels, caps, args.seeds)]
     floor = json.loads(args.floors.read_text()) if args.floors else floors(work, args.presets, jobs)
