@@ -160,6 +160,13 @@ class MemmapStore(IndexedStore):
         return RegionLabels(*found, np.array(self._attributes[0][start:stop]), np.array(self._attributes[1][start:stop]))
 
 
+def finite_half(half: np.ndarray) -> bool:
+    """Whether no float16 value of ``half`` is NaN or infinite (exponent bits all set), tested on the bits: numpy's
+    float16 ``isfinite`` takes about half as long as the float32 -> float16 conversion itself."""
+    exponent = half.view(np.uint16) & np.uint16(0x7C00)
+    return not bool((exponent == 0x7C00).any())
+
+
 def _read_meta(root: Path) -> dict[str, object]:
     """``meta.json`` of a memmap store, checked for format and version."""
     file = root / META
@@ -203,7 +210,7 @@ class _MemmapWriter:
             )
         with np.errstate(over="ignore"):
             half = regions.features.astype(_FEATURES[1])
-        if not np.isfinite(half).all():
+        if not finite_half(half):
             overflow = "features are NaN/inf or exceed the float16 range (|x| > 65504)"
             raise DataError(overflow, path=self.dest, item=image_id)
         self._add_detections(image_id, regions)
