@@ -104,3 +104,23 @@ def test_a_bad_line_through_the_cli_is_one_line_exit_2_and_nothing_written(tmp_p
                               "--format", "memmap", "--jobs", "2", "--no-progress")
     assert code == 2 and err.count("\n") == 1 and "line 34 (image 1231)" in err and "non-numeric size" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.tsv"]  # no store, no temporary left
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_a_value_beyond_float16_is_refused_after_the_checks_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, duplicate: bool
+) -> None:
+    """Features made float16 by the parsing processes: a value beyond its range is the writer's error naming the
+    image, unless the line is a duplicate id, which a sequential conversion reported first."""
+    items = images(16)
+    big = RegionFeatures(items[11][1].features * 1000.0, items[11][1].boxes, 40, 30)  # up to ~1e5 > 65504
+    assert np.abs(big.features).max() > 65504
+    image_id = items[3][0] if duplicate else items[11][0]
+    items[11] = (image_id, big)
+    (tmp_path / "f.tsv").write_text("\n".join(line(i, r) for i, r in items) + "\n")
+    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", 200)
+    message = f"image id {image_id} on line 12 was already on f.tsv line 4" if duplicate else \
+        f"item {image_id}: features are NaN/inf or exceed the float16 range"
+    with pytest.raises(DataError, match=message):
+        convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.tsv"]

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.hdf5 import M2HDF5Store, check_m2_destination, write_m2_hdf5
-from vlattn.data.features.memmap import META, MemmapStore, write_memmap
+from vlattn.data.features.memmap import META, MemmapStore, encode_regions, write_memmap
 from vlattn.data.features.npz import NpzDirStore, write_npz_dir
 from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self_critical_parts
 from vlattn.data.features.storage import check_store_destination
@@ -181,7 +181,8 @@ def convert_store(
     with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
               unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
         jobs = jobs if jobs is not None else min(usable_cores(), MAX_JOBS)
-        items = store.stream(bar.update, jobs=jobs) if by_bytes else _counted(iter_regions(store), bar)
+        prepare = encode_regions if format == "memmap" else None  # float16 made by the parsing processes
+        items = store.stream(bar.update, jobs=jobs, prepare=prepare) if by_bytes else _counted(iter_regions(store), bar)
         return FORMATS[format](dst, items, overwrite=overwrite)
 
 

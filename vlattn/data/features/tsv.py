@@ -25,8 +25,9 @@ import hashlib
 import json
 import os
 import re
+from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 import numpy as np
 import pybase64
@@ -46,6 +47,7 @@ LAYOUTS = {len(BOTTOM_UP): BOTTOM_UP, len(LXMERT): LXMERT}
 _ID = re.compile(rb"^(?:.*_)?(\d+)$")
 _SHARD = re.compile(r"^.+\.tsv(\.\d+)?$")
 _INDEX_VERSION = 1
+T = TypeVar("T")
 
 
 def decode_float32(
@@ -210,16 +212,19 @@ class TSVStore(IndexedStore):
         return sum(f.stat().st_size for f in self.files)
 
     def stream(
-        self, progress: Callable[[int], None] | None = None, jobs: int = 1
-    ) -> Iterator[tuple[int, RegionFeatures]]:
+        self, progress: Callable[[int], None] | None = None, jobs: int = 1,
+        prepare: Callable[[RegionFeatures], T] | None = None,
+    ) -> Iterator[tuple[int, RegionFeatures | T]]:
         """Every image in file order, parsed in ``jobs`` processes (:mod:`.tsv_blocks`: blocks of whole lines, a
-        bounded number in memory); ``progress`` gets the bytes consumed.
+        bounded number in memory) and, when given, passed through ``prepare`` there (e.g. a writer's encoding);
+        ``progress`` gets the bytes consumed.
 
         An id seen twice is an error naming both lines.
         """
+        parse = self._parse if prepare is None else partial(_parse_prepared, self._parse, prepare)
         seen: dict[int, str] = {}
         for file in self.files:
-            for line_no, image_id, regions in parsed_lines(self._parse, file, jobs, progress):
+            for line_no, image_id, regions in parsed_lines(parse, file, jobs, progress):
                 if image_id in seen:
                     raise DataError(f"image id {image_id} on line {line_no} was already on {seen[image_id]}",
                                     path=file, item=image_id)
@@ -247,6 +252,14 @@ class TSVStore(IndexedStore):
                                   else None, path=file, item=where)
         return image_id, make_regions(features, boxes, width, height, path=file, image_id=image_id,
                                       dim=self._expected_dim)
+
+
+def _parse_prepared(
+    parse: Callable[[bytes, Path, int], tuple[int, RegionFeatures]], prepare: Callable[[RegionFeatures], T],
+    line: bytes, file: Path, line_no: int,
+) -> tuple[int, T]:
+    image_id, regions = parse(line, file, line_no)
+    return image_id, prepare(regions)
 
 
 # -- the offset index ------------------------------------------------------------------------------------

@@ -14,16 +14,14 @@ import multiprocessing
 import os
 from collections import deque
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
-
-from vlattn.data.features.base import RegionFeatures
+from typing import Any, Callable, Iterator, Protocol
 
 BLOCK_BYTES = 8 << 20  # about 15 COCO images (50 regions x 2048 float32 as base64) per task
-Parsed = list[tuple[int, int, RegionFeatures]]  # (line number, image id, regions) of each non-blank line
+Parsed = list[tuple[int, int, Any]]  # (line number, image id, what the parser made of it) of each non-blank line
 
 
 class LineParser(Protocol):
-    def __call__(self, line: bytes, file: Path, line_no: int) -> tuple[int, RegionFeatures]: ...
+    def __call__(self, line: bytes, file: Path, line_no: int) -> tuple[int, Any]: ...
 
 
 def usable_cores() -> int:
@@ -77,7 +75,7 @@ def _parse_in_worker(file: Path, block: bytes, first_line: int) -> Parsed:
 
 def parsed_lines(
     parse: LineParser, file: Path, jobs: int, progress: Callable[[int], None] | None = None
-) -> Iterator[tuple[int, int, RegionFeatures]]:
+) -> Iterator[tuple[int, int, Any]]:
     """``(line number, image id, regions)`` of every non-blank line of ``file`` in file order, parsed by ``parse``
     in ``jobs`` processes (forked; the parser is inherited, not pickled); ``progress`` gets the bytes consumed."""
     if jobs <= 1:
@@ -97,7 +95,7 @@ def parsed_lines(
             yield from _take(pending, progress)
 
 
-def _take(pending: deque, progress: Callable[[int], None] | None) -> Iterator[tuple[int, int, RegionFeatures]]:
+def _take(pending: deque, progress: Callable[[int], None] | None) -> Iterator[tuple[int, int, Any]]:
     size, result = pending.popleft()
     yield from result.get()  # a worker's DataError is raised here, in file order
     if progress is not None:
