@@ -19,9 +19,12 @@ Kernels: ``best`` (the variable unset: the host's best path), or a value of ``AT
 ``avx512``, ``default``, ...); the path torch actually took is recorded per job.
 
 Usage: ``python benchmarks/bench_variance.py [--presets demo demo-vqa] [--seeds 1234 1 2 3 4]
-[--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--report-only] [--write [SECTION]]``.
-``--set`` items go to every job's demo (a probe of other settings; use another ``--work``). ``--write`` puts the
-table into RESULTS.md, under "## Demo variance over seeds and CPU kernels" or the section named.
+[--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--dry-run | --report-only]
+[--floors FILE] [--write [SECTION]]``. ``--set`` items go to every job's demo (a probe of other settings; use another
+``--work``). ``--dry-run`` lists each job as finished or with the command it would run; ``--report-only`` reports
+the finished jobs. The floors are computed from ``WORK/data`` (and a VQA job's run configuration) unless ``--floors``
+gives them as a JSON object (e.g. ``{"constant caption CIDEr-D": 0.3651}``). ``--write`` puts the table into
+RESULTS.md, under "## Demo variance over seeds and CPU kernels" or the section named.
 """
 
 from __future__ import annotations
@@ -140,6 +143,14 @@ def finished(job: Job, work: Path, overrides: list[str]) -> dict | None:
     return json.loads(done.read_text()) if done.is_file() else demo_stage(job, work, overrides)
 
 
+def planned(job: Job, work: Path, overrides: list[str]) -> str:
+    """One line for ``--dry-run``: ``JOB: finished`` or ``JOB: run [ATEN_CPU_CAPABILITY=K] COMMAND``."""
+    if finished(job, work, overrides) is not None:
+        return f"{job.name}: finished"
+    env = [] if job.kernel == "best" else [f"ATEN_CPU_CAPABILITY={job.kernel}"]
+    return f"{job.name}: run {shlex.join([*env, *command(job, work, overrides)])}"
+
+
 def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None:
     """Run ``job`` unless it has run (:func:`finished`); the result (figures, seconds, capability), or None on
     failure."""
@@ -252,14 +263,20 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="+", default=["avx2", "best"])
     parser.add_argument("--work", type=Path, default=Path("runs/bench-variance"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="run nothing; list each job as finished or its command")
+    mode.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
+    parser.add_argument("--floors", type=Path, metavar="FILE", help="the floors as a JSON object of name: value")
     parser.add_argument("--write", nargs="?", const=SECTION, metavar="SECTION",
                         help=f"write the table to RESULTS.md, under SECTION (default {SECTION!r})")
     args = parser.parse_args()
     work = args.work.resolve()
-    caps = {kernel: capability(kernel) for kernel in args.kernels}
     # seed by seed, so that a benchmark stopped early has the same seeds of every preset and kernel
     jobs = [Job(p, k, s) for s in args.seeds for p in args.presets for k in args.kernels]
+    if args.dry_run:
+        print("\n".join(f"[variance] {planned(job, work, args.overrides)}" for job in jobs))
+        return 0
+    caps = {kernel: capability(kernel) for kernel in args.kernels}
     results: dict[Job, dict] = {}
     for job in jobs:
         if args.report_only:
@@ -272,10 +289,11 @@ def main() -> int:
         print("[variance] no finished jobs")
         return 1
     lines = table(results, args.kernels, caps)
-    floor = floors(work, args.presets, jobs)
+    floor = json.loads(args.floors.read_text()) if args.floors else floors(work, args.presets, jobs)
     targets = requirements(results, floor)
-    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()) + "."
-              + (" Targets over all runs: " + "; ".join(targets) + "." if targets else "")]
+    lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()) + "."]
+    if targets:
+        lines += ["", "Targets over all runs:", *(f"- {target}" for target in targets)]
     print("\n".join(lines))
     seconds = [r["seconds"] for r in results.values() if r["seconds"] is not None]
     if seconds:  # the shared machine's wall time: printed, not a result

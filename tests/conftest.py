@@ -5,12 +5,9 @@ to skip them) and an in-process CLI runner."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import pytest
@@ -69,16 +66,3 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                       "--set", "train.epochs=1", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     return root / "run"
-
-
-@pytest.fixture(scope="module")
-def import_benchmark() -> Iterator[Callable[[str], ModuleType]]:
-    """Import a script of benchmarks/ by name (tests/test_bench_variance.py; the other benchmark scripts are tested
-    through their command lines). The scripts import each other by bare name, so benchmarks/ is on ``sys.path`` for
-    the test module's lifetime."""
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        yield importlib.import_module
-    finally:
-        sys.path.remove(benchmarks)

@@ -120,6 +120,30 @@ def test_captioner_matches_the_cli_and_scores_its_captions(tiny_run: Path) -> No
         assert caption.score == pytest.approx(expected_score, abs=1e-4)
 
 
+def test_word_log_probs_step_through_any_caption(tiny_run: Path) -> None:
+    """Per-word log-probabilities by stepping the model through a caption: they sum to a greedy caption's score, to
+    a beam's at length penalty 0, and to the teacher-forced score of a caption no decoder chose; the regions are
+    read from the store or given as arrays."""
+    captioner = vlattn.load(tiny_run, device="cpu")
+    store = tiny_run.parent / "data" / "features"
+    greedy = captioner.caption(store=store, ids=TINY_IDS, beam_size=1)
+    beams = captioner.caption(store=store, ids=TINY_IDS, beam_size=3, length_penalty=0.0)
+    for captions in (greedy, beams):
+        values = captioner.word_log_probs(captions, store=store)
+        assert [len(v) for v in values] == [len(c.token_ids) + c.ended for c in captions]  # the words and EOS
+        assert [sum(v) for v in values] == pytest.approx([c.score for c in captions], abs=1e-4)
+    words = [captioner.vocab.stoi[w] for w in ("a", "blue", "a") if w in captioner.vocab.stoi]
+    chosen = vlattn.Caption(image_id=TINY_IDS[0], text="", tokens=[], token_ids=words, score=0.0)
+    (values,) = captioner.word_log_probs([chosen], store=store)
+    assert sum(values) == pytest.approx(teacher_forced_score(captioner, store, TINY_IDS[0], words), abs=1e-4)
+    regions = open_store(store).get(TINY_IDS[0])
+    boxes = regions.boxes / np.array([regions.width, regions.height] * 2, np.float32)
+    (given,) = captioner.word_log_probs([chosen], [regions.features], boxes=[boxes])
+    assert given == pytest.approx(values, abs=1e-5)
+    with pytest.raises(vlattn.ConfigError, match="features: 1 images for 2 captions"):
+        captioner.word_log_probs([chosen, chosen], [regions.features], boxes=[boxes])
+
+
 def test_features_given_as_arrays_caption_as_the_store_does(tiny_run: Path) -> None:
     """Region arrays (boxes as fractions of the image size) give the captions and scores of the store's regions."""
     captioner = vlattn.load(tiny_run, device="cpu")
@@ -171,3 +195,16 @@ def test_answerer_matches_the_cli(vqa_run: Path) -> None:
     assert [a.score for a in one_each[1][:3]] == pytest.approx([a.score for a in got[0]], abs=1e-5)
     with pytest.raises(vlattn.DataError, match="2 questions for 3 images"):
         answerer.answer(questions, store=store, ids=[124, 125, 130])
+
+
+def test_word_log_probs_of_empty_captions_cut_at_max_len(tiny_run: Path) -> None:
+    """A caption cut before any word (no EOS: nothing was chosen) has no log-probabilities; beside another it takes
+    no step of its own."""
+    captioner = vlattn.load(tiny_run, device="cpu")
+    store = tiny_run.parent / "data" / "features"
+    empty = vlattn.Caption(image_id=TINY_IDS[0], text="", tokens=[], token_ids=[], score=0.0, ended=False)
+    assert captioner.word_log_probs([empty], store=store) == [[]]
+    (greedy,) = captioner.caption(store=store, ids=TINY_IDS[1:2], beam_size=1)
+    alone = captioner.word_log_probs([greedy], store=store)
+    together = captioner.word_log_probs([empty, greedy], store=store)
+    assert together[0] == [] and together[1] == pytest.approx(alone[0], abs=1e-5)

@@ -57,12 +57,16 @@ def test_startup_and_eval_sections(tmp_path: Path) -> None:
     assert row["beam"] == 1 and row["images"] == 2 and 0 < row["metrics_share"] < 1
 
 
-def test_bench_gpu_runs_its_code_path_on_the_cpu(import_benchmark, capsys: pytest.CaptureFixture[str]) -> None:
-    bench = import_benchmark("bench_gpu")
-    argv = ["--device", "cpu", "--tiny", "--presets", "m2-demo,updown-demo", "--steps", "1", "--warmup", "0",
-            "--compile-backend", "eager"]
-    assert bench.main(argv) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+def bench_gpu(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py"), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_bench_gpu_runs_its_code_path_on_the_cpu() -> None:
+    done = bench_gpu("--device", "cpu", "--tiny", "--presets", "m2-demo,updown-demo", "--steps", "1", "--warmup", "0",
+                     "--compile-backend", "eager")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
     measured = {(r["preset"], r["mode"], r["phase"]) for r in rows if "phase" in r}
     expected = {(p, m, ph) for p in ("m2-demo", "updown-demo") for m in ("fp32", "bf16", "compile")
                 for ph in ("xe", "scst", "beam")}
@@ -72,8 +76,8 @@ def test_bench_gpu_runs_its_code_path_on_the_cpu(import_benchmark, capsys: pytes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine measures instead")
-def test_bench_gpu_without_cuda_says_so_in_one_line(import_benchmark, capsys: pytest.CaptureFixture[str]) -> None:
-    bench = import_benchmark("bench_gpu")
-    assert bench.main(["--presets", "m2"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+def test_bench_gpu_without_cuda_says_so_in_one_line() -> None:
+    done = bench_gpu("--presets", "m2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
         "bench_gpu: no CUDA device on this machine; nothing measured (--device cpu runs the code path)"]

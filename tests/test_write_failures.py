@@ -35,6 +35,7 @@ from vlattn.validation import load_valid_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPORARY = re.compile(r"^\..+\.\d+\.[0-9a-f]{16}\.(tmp|old)$")
+TEMPORARY_NAME = re.compile(r"\.[^/\s]+\.\d+\.[0-9a-f]{16}\.(tmp|old)\b")  # inside a message
 SYNTH = ["--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8", "--epochs", "1"]
 
 
@@ -168,6 +169,8 @@ def check_outcome(result: Outcome, name: str, out: Path, workspace: Workspace) -
     elif result.returncode == 2:
         if not one_line(result.stderr) or "cannot write" not in result.stderr:
             findings.append(f"not a one-line write error: {result.stderr[-300:]}")
+        if TEMPORARY_NAME.search(result.stderr):  # gone when the user reads the error: name the final place
+            findings.append(f"names a temporary directory: {result.stderr[-300:]}")
         if name in ("eval", "score") and "CIDEr" not in result.stdout:
             findings.append("scores not printed before the failed write")
     return findings + half_written(name, out, workspace)

@@ -43,6 +43,7 @@ class WriteError(VlattnError):
         text = " ".join(str(reason).split()) or "write failed"
         super().__init__(f"{path}: cannot write: {text}")
         self.path = path
+        self.reason = text
 
 
 class ConfigError(VlattnError):

@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from vlattn.errors import ConfigError
+
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,7 +36,10 @@ def grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradSca
 
 
 def compile_layers(model: nn.Module, backend: str = "inductor") -> nn.Module:
-    """Compile each of ``model.backbone_layers()`` in place (dynamic shapes) with ``backend``; returns ``model``."""
+    """Compile each of ``model.backbone_layers()`` in place (dynamic shapes) with ``backend``; returns ``model``.
+    A model without them (Up-Down's LSTM cells) is a ``ConfigError``."""
+    if not hasattr(model, "backbone_layers"):
+        raise ConfigError(f"compile: {type(model).__name__} has no layer stack to compile")
     for layer in model.backbone_layers():
         layer.compile(dynamic=True, backend=backend)
     return model

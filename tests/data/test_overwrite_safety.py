@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from vlattn.data.features import MemmapStore, NpzDirStore, RegionFeatures, write_m2_hdf5, write_memmap
-from vlattn.data.features.storage import MARKER
+from vlattn.data.features.storage import MARKER, atomic_dir
 from vlattn.data.synth import generate
+from vlattn.errors import WriteError
 
 TINY = {"images": 12, "feature_dim": 8, "extractor_epochs": 1, "val_size": 2, "test_size": 2}
 
@@ -301,6 +302,24 @@ def test_a_destination_that_appears_while_writing_is_kept(
     assert code == 2 and one_line(err) and expected in err, err
     assert tree(out) == before
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_a_failed_write_inside_the_temporary_directory_names_the_final_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    """The temporary directory is removed before the user reads the error: it names the file under the destination
+    (a write error about another place is passed on as it is)."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("store") if relative else tmp_path / "store"
+    with pytest.raises(WriteError) as failed:
+        with atomic_dir(out, kind="memmap") as tmp:
+            raise WriteError(tmp / "sub" / "x.bin", OSError(28, "No space left on device"))
+    assert str(failed.value) == f"{out / 'sub' / 'x.bin'}: cannot write: No space left on device"
+    assert sorted(os.listdir(tmp_path)) == []  # nothing left behind
+    with pytest.raises(WriteError, match=r"^elsewhere\.json: cannot write: read-only$"):
+        with atomic_dir(out, kind="memmap"):
+            raise WriteError("elsewhere.json", "read-only")
 
 
 def write_caches(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:

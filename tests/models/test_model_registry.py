@@ -11,7 +11,7 @@ from registry_cases import BOS, EOS, FEATURE_DIM, PAD, VOCAB, ModelCase, model_c
 from vlattn.config import ModelConfig
 from vlattn.validation import load_valid_config
 from vlattn.attention import reorder_state
-from vlattn.decoding import beam_search, greedy_decode, sample
+from vlattn.decoding import beam_search, forced_decode, greedy_decode, sample
 from vlattn.errors import ConfigError
 from vlattn.layers import PostNorm, build_feed_forward
 from vlattn.models import EncoderLayer, TransformerEncoder, build_captioner, check_model_config
@@ -104,6 +104,24 @@ def test_cached_decoding_equals_uncached(case: ModelCase, beam_size: int) -> Non
     torch.testing.assert_close(results[True][0], results[False][0])
     for field in ("tokens", "log_probs", "scores"):
         torch.testing.assert_close(getattr(results[True][1], field), getattr(results[False][1], field))
+
+
+def test_forced_decoding_retraces_the_best_beam(case: ModelCase) -> None:
+    """Stepping through the best beam's caption gives its words' log-probabilities (those beam search recorded, and
+    those of one teacher-forced forward pass) and, at length penalty 0, its score."""
+    model, inputs = case.build(), model_inputs(tiny_inputs())
+    beams = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=3, max_len=8, length_penalty=0.0)
+    best = beams.tokens[:, 0]  # (B, L)
+    forced = forced_decode(model, inputs, best, bos=BOS, eos=EOS, pad=PAD)
+    length = forced.tokens.shape[-1]
+    assert torch.equal(forced.tokens[:, 0], best[:, :length]) and bool((best[:, length:] == PAD).all())
+    torch.testing.assert_close(forced.log_probs[:, 0], beams.log_probs[:, 0, :length], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(forced.log_probs[:, 0].sum(-1), beams.scores[:, 0], atol=1e-5, rtol=1e-5)
+    tokens = forced.tokens[:, 0]
+    prefix = torch.cat([torch.full_like(tokens[:, :1], BOS), tokens[:, :-1]], dim=1)
+    teacher = model(inputs, prefix).log_softmax(-1).gather(2, tokens[..., None]).squeeze(2)  # (B, L)
+    after_eos = (tokens == EOS).long().cumsum(1) - (tokens == EOS).long() > 0
+    torch.testing.assert_close(forced.log_probs[:, 0], teacher.masked_fill(after_eos, 0.0), atol=1e-5, rtol=1e-5)
 
 
 class Recompute:

@@ -12,8 +12,12 @@ from registry_cases import BOS, EOS, ModelCase, model_inputs, tiny_inputs
 
 from vlattn import tasks
 from vlattn.decoding import beam_search
+from vlattn.errors import ConfigError
+from vlattn.models import model_kind
 from vlattn.precision import autocast, compile_layers
+from vlattn.shipped_presets import names
 from vlattn.training.checkpoint import load_checkpoint
+from vlattn.validation import load_valid_config
 from tests.slow import SLOW_SCALE
 from tests.training.conftest import tiny_config
 
@@ -67,3 +71,24 @@ def test_compiled_layers_equal_eager_layers() -> None:
     beams = beam_search(model, model_inputs(inputs), bos=BOS, eos=EOS, beam_size=2, max_len=3)
     assert torch.equal(beams.tokens, eager_beams.tokens)
     torch.testing.assert_close(beams.scores, eager_beams.scores, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset", names())
+def test_kinds_marked_layered_are_the_models_with_a_layer_stack(preset: str) -> None:
+    """``ModelKind.layered`` (what the config check reads) agrees with the models built: compilable, or refused."""
+    cfg = load_valid_config(preset)
+    with torch.device("meta"):
+        model = tasks.task_of(cfg.task).create_model(cfg, vocab_size=40, num_answers=7 if cfg.task in ("vqa", "pretraining") else None)
+    assert hasattr(model, "backbone_layers") == model_kind(cfg.model.kind, cfg.task).layered
+    if not hasattr(model, "backbone_layers"):
+        with pytest.raises(ConfigError, match=rf"^compile: {type(model).__name__} has no layer stack to compile$"):
+            compile_layers(model)
+
+
+@pytest.mark.parametrize("key", ["train.compile", "eval.compile"])
+def test_compiling_updown_is_refused_before_anything_is_written(vlattn_cli, tmp_path: Path, key: str) -> None:
+    code, out, err = vlattn_cli("train", "--config", "updown-demo", "--set", f"{key}=true", "--out",
+                                str(tmp_path / "run"))
+    assert code == 2 and out == ""
+    assert err.strip().endswith(f"{key}: model kind 'updown' has no layer stack to compile (set it to false)")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -8,11 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from vlattn.data.vocab import Vocabulary
 from vlattn.validation import load_valid_config
 from vlattn.data.synth.generate import generate
 from vlattn.errors import ConfigError, DataError
-from vlattn.tasks import task_of
+from vlattn.tasks import load_predictor, task_of
 from vlattn.training.checkpoint import save_checkpoint
 from vlattn.viz.explain import explain
 from vlattn.viz.figures import is_png
@@ -61,10 +63,14 @@ def checkpoint(synth: Path, tmp_path: Path, preset: str, extra: list[str]) -> Pa
     if name == "ng-san":  # the full-size NG-SAN preset with the demo data's sizes
         overrides += ["data.karpathy=dataset.json", "data.features=features"]
     kind_tiny = [] if "updown" in preset or preset == "vqa-sla-demo" else TINY  # kinds without Transformer stacks
-    cfg = load_valid_config(name, [*overrides, *kind_tiny, *extra])
+    captioner = not preset.startswith("vqa")
+    cfg = load_valid_config(name, [*overrides, *kind_tiny, *extra, *["model.output_bias=true"] * captioner])
     stage = next(iter(task_of(cfg.task).stages.values()))
     data = stage.load_data(cfg, None)
     model = stage.build_model(cfg, data)
+    if captioner:  # like a trained captioner, never choose PAD or BOS as a word (a random one can)
+        with torch.no_grad():
+            model.output_projection.bias[[Vocabulary.PAD, Vocabulary.BOS]] = -1e4
     return save_checkpoint(tmp_path / "checkpoint", model, cfg, data.vocabularies)
 
 
@@ -126,3 +132,15 @@ def test_the_page_renders_in_a_headless_browser(synth: Path, tmp_path: Path) -> 
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
     assert pixels.std() > 10  # text and pictures, not a blank page
     assert (pixels < 128).mean() > 0.01  # some dark content (text, boxes, image)
+
+
+@pytest.mark.parametrize("preset", ["demo", "updown-demo"])
+def test_the_caption_explained_is_the_one_the_run_decodes(preset: str, synth: Path, tmp_path: Path) -> None:
+    """The run's decoding (beam 3 here) chooses the caption; the page shows it and its words' log-probabilities from
+    the steps recorded along it (tests/test_api.py: their sum is the beam's score at length penalty 0)."""
+    path = checkpoint(synth, tmp_path, preset, [*KINDS[preset][0], "eval.beam_size=3", "eval.length_penalty=0.0"])
+    predictor = load_predictor(path, "cpu")
+    (caption,) = predictor.caption(store=synth / "features", ids=[21])
+    score = sum(predictor.word_log_probs([caption], store=synth / "features")[0])
+    text = html.unescape(explain(path, 21, tmp_path / "explain").read_text())
+    assert f"Caption (beam search, beam 3)</h2><p>{caption.text!r}  (log-probability {score:.3f})" in text

@@ -6,6 +6,6 @@ All functions drive a model only through ``encode``/``step``/``reorder`` and ret
 
 from vlattn.decoding.beam import Beams, beam_search
 from vlattn.decoding.packed import PackedOutput
-from vlattn.decoding.sampling import Samples, greedy_decode, sample
+from vlattn.decoding.sampling import Samples, forced_decode, greedy_decode, sample
 
-__all__ = ["Beams", "PackedOutput", "Samples", "beam_search", "greedy_decode", "sample"]
+__all__ = ["Beams", "PackedOutput", "Samples", "beam_search", "forced_decode", "greedy_decode", "sample"]

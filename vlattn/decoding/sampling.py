@@ -1,5 +1,6 @@
-"""Greedy decoding and multinomial sampling (the k-sample rollouts of self-critical training,
-Rennie et al. 2017; "new self-critical" / M2 Sec. 3.3 with k samples per image).
+"""Greedy decoding, multinomial sampling (the k-sample rollouts of self-critical training, Rennie et al. 2017; "new
+self-critical" / M2 Sec. 3.3 with k samples per image) and forced decoding of given captions (the steps decoding
+took to them, e.g. to record the attention along a beam's ancestry).
 """
 
 from __future__ import annotations
@@ -89,3 +90,15 @@ def sample(
     return rollout(
         model, inputs, bos=bos, eos=eos, pad=pad, max_len=max_len, copies=num_samples, choose=draw
     )
+
+
+def forced_decode(model: Generator, inputs: Mapping[str, Any], tokens: Tensor, *, bos: int, eos: int,
+                  pad: int = 0) -> Samples:
+    """Step the model through given captions ``tokens`` (B, L) (without BOS; each ended by ``eos`` with ``pad``
+    after it, or by the width L, as decoders return them) as decoding does, one ``step`` per word from the cached
+    state: ``Samples`` of those tokens (B, 1, L') with each word's log-probability (0 after EOS), L' <= L the
+    longest caption. A caption's words depend only on its prefix, so the calls are those that produced it,
+    whichever decoder (greedy, beam) chose it."""
+    steps = iter(tokens.unbind(dim=1))
+    return rollout(model, inputs, bos=bos, eos=eos, pad=pad, max_len=tokens.shape[1], copies=1,
+                   choose=lambda log_probs: next(steps))

@@ -55,6 +55,7 @@ class ModelKind:
     reads: frozenset[str]
     also: tuple[str, ...] = ()  # further tasks whose models it builds with the same builder
     boxes: bool = False  # its models always read the region boxes (LXMERT's region embedding)
+    layered: bool = True  # its models list their layers in backbone_layers() (compilation, the backbone's figures)
 
     def serves(self, task: str) -> bool:
         return task == self.task or task in self.also
@@ -73,7 +74,8 @@ MODELS: dict[str, ModelKind] = {
     "transformer": ModelKind("captioning", build_transformer, _CAPTIONER),
     "m2": ModelKind("captioning", build_m2, _CAPTIONER),
     "updown": ModelKind("captioning", build_updown, _EVERY_KIND | {"num_heads", "decoder_cross_attention",
-                                                                   "tie_embeddings", "output_bias"}),
+                                                                   "tie_embeddings", "output_bias"},
+                        layered=False),  # two LSTM cells stepped word by word: no layer stack
     "mcan": ModelKind("vqa", build_mcan, _VQA_STACK),
     "twin_stream": ModelKind("vqa", build_twin_stream, _EVERY_KIND | {"word_vectors"}),
     "catt": ModelKind("captioning", build_catt, _CAPTIONER),

@@ -43,7 +43,8 @@ def task_of(name: str) -> Task:
 def check_components(cfg: Config, named: Iterable[str] = ()) -> None:
     """Raise a one-line ``ConfigError`` naming the key for the first invalid component of ``cfg``: the task, the
     model kind and the task it serves, the keys set (differing from their defaults, or ``named``: given
-    explicitly) that neither the model kind, the task nor any of its stages reads, what the task reads (its
+    explicitly) that neither the model kind, the task nor any of its stages reads, compilation of a kind without
+    layers, what the task reads (its
     :meth:`~vlattn.tasks.base.Task.check`: for captioning the model options, each attention site's mechanism, options
     and placement, feed-forward) and the schedule of every stage of the task."""
     task = task_of(cfg.task)
@@ -58,6 +59,9 @@ def check_components(cfg: Config, named: Iterable[str] = ()) -> None:
         readers = ([f"model kind {cfg.model.kind!r}"] if model_keys else []) + \
                   ([f"task {cfg.task!r} (stages: {', '.join(task.stages)})"] if other else [])
         raise ConfigError(f"config keys never read by {' or '.join(readers)}: {', '.join(unread)} (remove them)")
+    for key in ("train.compile", "eval.compile"):
+        if value_at(cfg, key) and not kind.layered:
+            raise ConfigError(f"{key}: model kind {cfg.model.kind!r} has no layer stack to compile (set it to false)")
     task.check(cfg)
     for stage in task.stages.values():
         check_schedule(value_at(cfg, stage.schedule), stage.schedule)

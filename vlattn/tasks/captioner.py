@@ -12,11 +12,13 @@ import torch
 from torch import nn
 
 from vlattn.config import Config
-from vlattn.data.captioning import CaptionEvalSet
+from vlattn.data.captioning import CaptionEvalSet, collate_eval
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.vocab import Vocabulary
+from vlattn.decoding import forced_decode
 from vlattn.errors import ConfigError
+from vlattn.precision import autocast
 from vlattn.tasks.captioning import (
     check_beam_size,
     decode_rows,
@@ -32,14 +34,16 @@ from vlattn.training.checkpoint import Checkpoint
 @dataclass(frozen=True)
 class Caption:
     """The caption of image ``image_id``: ``text``, its words ``tokens`` and their ids ``token_ids`` (EOS not
-    included), and ``score``: the sum of the log-probabilities of its words and EOS (under beam search divided by
-    length^``length_penalty``, the beam's ranking score)."""
+    included), ``score``: the sum of the log-probabilities of its words and EOS (under beam search divided by
+    length^``length_penalty``, the beam's ranking score), and ``ended``: whether the decoder chose EOS (False: cut at
+    ``max_len``, no EOS in the score)."""
 
     image_id: int
     text: str
     tokens: list[str]
     token_ids: list[int]
     score: float
+    ended: bool = True
 
 
 class Captioner:
@@ -89,18 +93,58 @@ class Captioner:
         length = max_len if max_len is not None else self.max_len
         if length < 1:
             raise ConfigError(f"max_len: must be >= 1, got {length}")
-        source, wanted = region_source(self.config.model, features, boxes, store, ids)
-        entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
         rows = decode_rows(
-            self.model, CaptionEvalSet(entries, source, self.config.data.max_regions), self.vocab, beam_size=beam,
+            self.model, self._images(features, boxes, store, ids), self.vocab, beam_size=beam,
             max_len=length, length_penalty=self.length_penalty if length_penalty is None else length_penalty,
             batch_size=self.batch_size, device=self.device, precision=self.config.eval.precision,
             packed_output=self.config.eval.packed_output,
         )
         return [self._caption(image_id, tokens, score) for image_id, tokens, score in rows]
 
+    def word_log_probs(
+        self,
+        captions: Sequence[Caption],
+        features: Any = None,
+        *,
+        boxes: Any = None,
+        store: str | Path | FeatureStore | None = None,
+    ) -> list[list[float]]:
+        """The log-probability of each word of each caption and of its EOS if it ``ended`` (``len(tokens) + ended``
+        values), computed by stepping the model through the caption as decoding does
+        (:func:`~vlattn.decoding.forced_decode`): the calls that produced a caption whichever decoder chose it
+        (``vlattn explain`` records them). The regions are read as in :meth:`caption`, for the captions'
+        ``image_id`` from ``store``, or given as ``features`` (one per caption, in order). Their sum is a greedy
+        caption's ``score`` (a beam's at ``length_penalty`` 0), unless the decoder emitted PAD or BOS as words (an
+        untrained model can), which ``token_ids`` leaves out."""
+        ids = [caption.image_id for caption in captions]
+        images = self._images(features, boxes, store, ids if features is None else None)
+        if len(images) != len(captions):
+            raise ConfigError(f"features: {len(images)} images for {len(captions)} captions")
+        words = [[*caption.token_ids, *[self.eos_id] * caption.ended] for caption in captions]
+        if not any(words):  # nothing to step through
+            return [[] for _ in captions]
+        tokens = torch.full((len(words), max(map(len, words))), self.pad_id, dtype=torch.long)
+        for row, sequence in enumerate(words):
+            tokens[row, : len(sequence)] = torch.tensor(sequence)
+        inputs = collate_eval([images[i] for i in range(len(images))])
+        inputs = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        self.model.eval()
+        with torch.no_grad(), autocast(self.config.eval.precision, self.device):
+            forced = forced_decode(self.model, inputs, tokens.to(self.device), bos=self.bos_id, eos=self.eos_id,
+                                   pad=self.pad_id)
+        values = forced.log_probs[:, 0].float().cpu().tolist()
+        return [row[: len(sequence)] for row, sequence in zip(values, words)]
+
+    def _images(self, features: Any, boxes: Any, store: str | Path | FeatureStore | None,
+                ids: Sequence[int] | None) -> CaptionEvalSet:
+        """The images to decode, as an evaluation set (arguments: :meth:`caption`)."""
+        source, wanted = region_source(self.config.model, features, boxes, store, ids)
+        entries = [ImageEntry(image_id=i, split="test", filename="", captions=[], raw=[]) for i in wanted]
+        return CaptionEvalSet(entries, source, self.config.data.max_regions)
+
     def _caption(self, image_id: int, tokens: list[int], score: float) -> Caption:
-        ids = tokens[: tokens.index(self.eos_id)] if self.eos_id in tokens else tokens
+        ended = self.eos_id in tokens
+        ids = tokens[: tokens.index(self.eos_id)] if ended else tokens
         ids = [i for i in ids if i not in (self.pad_id, self.bos_id)]
         words = [self.vocab.itos[i] for i in ids]
-        return Caption(image_id=image_id, text=" ".join(words), tokens=words, token_ids=ids, score=score)
+        return Caption(image_id=image_id, text=" ".join(words), tokens=words, token_ids=ids, score=score, ended=ended)

@@ -1,8 +1,10 @@
 """``vlattn explain``: what a trained model attends to for one image, as an HTML page with PNGs beside it.
 
-The model runs as it does in use — greedy decoding of the caption (so that each word's attention is the one that
-produced it; beam search's caption can differ) or one forward pass answering the question — inside an
-:class:`~vlattn.viz.capture.AttentionRecorder`, and every picture is drawn from the recorded calls:
+The model runs as it does in use — the caption ``vlattn caption`` gives (the run's decoding: greedy or beam search),
+then the model stepped through that caption's words inside an :class:`~vlattn.viz.capture.AttentionRecorder` (a
+word's attention depends only on the words before it, so these are the calls along the chosen beam's ancestry that
+produced each word); or one forward pass answering the question inside the recorder — and every picture is drawn
+from the recorded calls:
 
 - the image with its region boxes (the data set's picture when the data has one, ``--image FILE`` for another,
   else the boxes on a blank canvas of the image's size);
@@ -122,10 +124,12 @@ def explain(checkpoint: str | Path, image_id: int, out: Path, *, question: str |
 def explain_caption(page: Page, predictor: Captioner, store, image_id: int, canvas: figures.Canvas,  # noqa: ANN001
                     boxes: np.ndarray) -> None:
     regions = len(boxes)
+    caption = predictor.caption(store=store, ids=[image_id])[0]
     with AttentionRecorder(predictor.model) as recorder:
-        caption = predictor.caption(store=store, ids=[image_id], beam_size=1)[0]
-    words = [*caption.tokens, "<eos>"][: len(recorder.steps)]
-    page.add("Caption (greedy decoding)", f"{caption.text!r}  (log-probability {caption.score:.3f})")
+        log_probs = predictor.word_log_probs([caption], store=store)[0]
+    words = [*caption.tokens, *["<eos>"] * caption.ended]
+    decoding = "greedy decoding" if predictor.beam_size == 1 else f"beam search, beam {predictor.beam_size}"
+    page.add(f"Caption ({decoding})", f"{caption.text!r}  (log-probability {sum(log_probs):.3f})")
     meshed = bool(recorder.of("gates"))
     per_word: list[dict[str, np.ndarray]] = []  # word -> site -> (H, N) weights
     units, gates, streams = [], [], []

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Callable, Collection, Generic, Iterable, Iterator, TypeVar
 
-from vlattn.errors import DataError
+from vlattn.errors import DataError, WriteError
 from vlattn.io import (
     MARKER,
     complete_dir,
@@ -81,6 +81,19 @@ def check_store_destination(path: str | Path, overwrite: bool) -> Path:
 
 
 @contextlib.contextmanager
+def final_names(tmp: Path, path: Path) -> Iterator[None]:
+    """A :class:`WriteError` inside the temporary directory ``tmp`` names the file where it will be: under ``path``
+    (the temporary directory is gone by the time the user reads the error)."""
+    try:
+        yield
+    except WriteError as err:
+        where, inside = Path(os.path.abspath(str(err.path))), Path(os.path.abspath(tmp))
+        if not where.is_relative_to(inside):
+            raise
+        raise WriteError(path / where.relative_to(inside), err.reason) from None
+
+
+@contextlib.contextmanager
 def atomic_dir(
     path: str | Path,
     overwrite: bool = False,
@@ -111,7 +124,7 @@ def atomic_dir(
         remove_stale_temporaries(path)
     tmp = make_temporary_dir(path)
     try:
-        with writing(path):
+        with writing(path), final_names(tmp, path):
             yield tmp
             complete_dir(tmp, kind)
             replace_dir(tmp, path, check)
