@@ -18,8 +18,9 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
   its first training record
   (the first step included), with the caches in the data directory absent and then present; and the phases
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
-- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap, MB/s of TSV read against the disk's
-  sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and its peak RSS.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap (its default ``--jobs``: the usable CPUs),
+  MB/s of TSV read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB
+  reads), and the peak RSS of its largest process.
 - ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
@@ -475,6 +476,9 @@ def peak_of(command: list[str], log: Path) -> tuple[float, float]:
 
 
 def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    from vlattn.data.features import MAX_JOBS
+    from vlattn.data.features.tsv_blocks import usable_cores
+
     tsv = store_path(args, "tsv")
     drop_cache(tsv)
     size, seconds = read_all(tsv)
@@ -488,7 +492,8 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(out)
     convert = size / convert_s / 2**20
     return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss)}
+            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss),
+            "processes": min(usable_cores(), MAX_JOBS)}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -581,7 +586,9 @@ def md_startup(results: dict[str, Any]) -> str:
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first.\n\n"
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first; the TSV "
+            f"parsed by {c['processes']} forked processes (`--jobs`, default: the usable CPUs) while the main process "
+            "reads and writes. Peak RSS: of the largest process.\n\n"
             "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
             f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
             f"{c['convert_s']} | {c['peak_rss_mb']} |")
