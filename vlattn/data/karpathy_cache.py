@@ -10,9 +10,11 @@ vlattn generated) stays as it was.
 
 The cache records the SHA-256 of the split file's bytes: a file that changed in any way is parsed again and the
 cache rewritten. It also keeps the captions' fingerprint (:func:`~vlattn.data.karpathy.captions_fingerprint`, the
-hash a run records of its data set), computed once when the cache is written instead of at every start. The cache file is written atomically, where no file is or over a cache vlattn wrote (recognised by
-its format tag when read), never through a symbolic link; anything else at its path is left as it is and the split
-file parsed each time. A cache that cannot be written (a read-only data directory) only costs the parse.
+hash a run records of its data set), computed once when the cache is written instead of at every start. The cache
+file is written atomically, where no file is or over a cache vlattn wrote (recognised by its format tag when read,
+of any version), never through a symbolic link; anything else at its path (a damaged cache too) is left as it is
+and the split file parsed each time. A cache that cannot be written (a read-only data directory) only costs the
+parse.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ class ParsedSplitFile:
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a few million lists and strings are built: each of its passes would
-    walk all of them (half of the time of reading a COCO cache); none of them form cycles."""
+    """The cyclic garbage collector off while a few million lists and strings are built: its passes, triggered by
+    the allocations, would walk all of them again and again; none of them form cycles."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
