@@ -377,7 +377,8 @@ def section_memory(args: argparse.Namespace) -> dict[str, Any]:
 def train_command(args: argparse.Namespace, out: Path, *extra: str, preset: str | None = None) -> list[str]:
     root = data_root(args)
     features = store_path(args, "memmap").relative_to(root)
-    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", preset or args.preset, "--out", str(out),
+    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", preset or args.preset,
+            "--out", str(out),
             "--device", "cpu", "--set", f"data.root={root}", "--set", "data.karpathy=dataset.json",
             "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=2",
             "--set", "train.val_max_images=50", "--set", f"model.feature_dim={args.dim}",

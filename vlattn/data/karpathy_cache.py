@@ -38,8 +38,8 @@ from vlattn.io import atomic_path
 
 FORMAT, VERSION = "vlattn-karpathy-cache", 2
 MIN_BYTES = 8 << 20  # about 10k COCO images; below it the parse takes about a second at most
-_READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, UnicodeDecodeError, json.JSONDecodeError,
-                zipfile.BadZipFile)
+_READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, UnicodeDecodeError,
+                json.JSONDecodeError, zipfile.BadZipFile)
 
 
 @dataclass
