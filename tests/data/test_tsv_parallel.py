@@ -1,7 +1,7 @@
 """`vlattn data convert` of a bottom-up TSV parsed in blocks by a pool of processes
-(vlattn/data/features/tsv_blocks.py): the memmap store written is byte for byte the one written from the same regions directly, with any number of
-processes and any block size; a bad line is named with its file and line number (the first one in file order), exit
-2, and nothing is written."""
+(vlattn/data/features/tsv_blocks.py): the memmap store written is byte for byte the one written from the same
+regions directly, with any number of processes and any block size; a bad line is named with its file and line
+number (the first one in file order), exit 2, and nothing is written."""
 
 from __future__ import annotations
 
