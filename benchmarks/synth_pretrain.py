@@ -7,7 +7,10 @@ test split (official VQA accuracy) and write the means, the paired differences w
 data").
 
 Variants (:data:`VARIANTS`): LXMERT, and the other kinds or attention choices given as config overrides of both
-presets. Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
+presets. LXMERT+CATT's image and word dictionaries (100 entries each, as vqa-catt-demo's) are initialised by k-means
+in a fresh run's prepare step: the pretraining run's over its training regions and the WordPiece counts of its
+captions and questions, the scratch fine-tuning run's over the same regions and its questions' counts; the
+fine-tuning run from the pretrained one loads them with the other weights. Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
 command is ``vlattn --threads 1 ...``; ``--wrap`` prefixes the training and evaluation commands (a job-queue
 wrapper), ``--jobs`` runs that many (variant, seed) chains at once, ``--collect-only`` only writes the table.
 """
@@ -29,6 +32,8 @@ from results import write_section
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
 VARIANTS: dict[str, tuple[str, list[str]]] = {  # key -> (row name, overrides of both presets)
     "lxmert": ("LXMERT", []),
+    "lxmert-catt": ("LXMERT+CATT (dictionaries of 100, k-means)", [
+        "model.kind=lxmert_catt", "model.options.image_dictionary.size=100", "model.options.word_dictionary.size=100"]),
     "lw-lxmert": ("LW-LXMERT 1x (G-MHA + G-FFN, k=2)", [
         *(f"model.{site}={{name: gmha, options: {{groups: 2, share_weights: true}}}}"
           for site in ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")),
@@ -77,13 +82,23 @@ def chain(key: str, seed: int, args: argparse.Namespace) -> None:
         evaluate(run, args)
 
 
+def half_width(values: list[float]) -> float:
+    """The half-width of the 95% confidence interval of the mean of ``values`` (Student's t; 0 for one value)."""
+    return T975[len(values) - 2] * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+
+
 def interval(values: list[float]) -> str:
-    """Mean ± the half-width of its 95% confidence interval (Student's t)."""
+    """Mean ± the half-width of its 95% confidence interval."""
     mean = statistics.mean(values)
-    if len(values) < 2:
-        return f"{mean:.2f}"
-    half = T975[len(values) - 2] * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:.2f} ± {half:.2f}"
+    return f"{mean:.2f}" if len(values) < 2 else f"{mean:.2f} ± {half_width(values):.2f}"
+
+
+def verdict(differences: list[float]) -> str:
+    """Whether the paired differences' 95% interval lies above 0, below it, or contains it."""
+    mean, half = statistics.mean(differences), half_width(differences)
+    if len(differences) < 2:
+        return "one seed"
+    return "helps" if mean - half > 0 else "hurts" if mean + half < 0 else "no significant difference"
 
 
 def accuracy(run: Path) -> dict[str, float]:
@@ -98,7 +113,7 @@ def pretrain_metrics(run: Path) -> dict[str, float]:
 
 
 def table(args: argparse.Namespace) -> str:
-    rows, per_seed, pretext = [], [], []
+    rows, verdicts, per_seed, pretext = [], [], [], []
     for key in args.variants:
         name = VARIANTS[key][0]
         seeds = [s for s in args.seeds if all((args.runs / f"{key}-{start}-s{s}.eval.json").exists()
@@ -113,6 +128,8 @@ def table(args: argparse.Namespace) -> str:
         rows.append(f"| {name} | pretrained − scratch (paired) | {len(seeds)} | " + " | ".join(
             interval([scores["pretrained"][s][c] - scores["scratch"][s][c] for s in seeds])
             for c in ("overall", *TYPES)) + " |")
+        gains = [scores["pretrained"][s]["overall"] - scores["scratch"][s]["overall"] for s in seeds]
+        verdicts.append(f"{name}: {verdict(gains)}")
         per_seed.append(f"{name}: " + "; ".join(
             f"seed {s} {scores['scratch'][s]['overall']:.2f} -> {scores['pretrained'][s]['overall']:.2f}"
             for s in seeds))
@@ -125,9 +142,11 @@ def table(args: argparse.Namespace) -> str:
                "--pretrain-epochs", str(args.pretrain_epochs), *[w for s in args.set for w in ("--set", s)]]
     return "\n".join([
         f"lxmert-demo model (d=64, 2 + 1 + 1 layers); pretraining {args.pretrain_epochs} epochs on the captions and "
-        f"questions of the train split, then VQA fine-tuning {args.epochs} epochs, or the same fine-tuning from "
-        "scratch; test split, official VQA accuracy (%), mean ± 95% confidence half-width (t over the seeds).", "",
+        f"questions of the train split (lxmert-pretrain-demo), then VQA fine-tuning {args.epochs} epochs "
+        "(vqa-lxmert-demo), or the same fine-tuning from scratch; test split, official VQA accuracy (%), mean ± 95% "
+        "confidence half-width (t over the seeds).", "",
         "| model | start | seeds | overall | yes/no | number | other |", "|---|---|---|---|---|---|---|", *rows, "",
+        "Does pretraining help (paired difference overall, its 95% interval against 0): " + " / ".join(verdicts), "",
         "Per seed, overall (scratch -> pretrained): " + " / ".join(per_seed), "",
         "Pretraining's last validation accuracies (masked pieces, matching, masked regions' objects and attributes, "
         "drawn answers; mean over seeds): " + " / ".join(pretext), "",
@@ -142,8 +161,8 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/pretrain"), help="where runs and evaluations go")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", default=["lxmert"], choices=list(VARIANTS))
-    parser.add_argument("--epochs", type=int, default=8, help="fine-tuning epochs (both starts)")
-    parser.add_argument("--pretrain-epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=16, help="fine-tuning epochs (both starts)")
+    parser.add_argument("--pretrain-epochs", type=int, default=4)
     parser.add_argument("--set", action="append", default=[], help="an override of every run (repeatable)")
     parser.add_argument("--wrap", type=shlex.split, default=[], help="a prefix of every vlattn command")
     parser.add_argument("--jobs", type=int, default=1, help="(variant, seed) chains at once")
@@ -153,7 +172,7 @@ def main() -> None:
     if not args.collect_only:
         args.runs.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(args.jobs) as pool:
-            for done in [pool.submit(chain, key, seed, args) for key in args.variants for seed in args.seeds]:
+            for done in [pool.submit(chain, key, seed, args) for seed in args.seeds for key in args.variants]:
                 done.result()
     body = table(args)
     print(body)
