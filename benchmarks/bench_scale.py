@@ -17,11 +17,13 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
   pipeline as ``vlattn train`` builds it (``load_caption_data``, the region cache at ``data.region_cache_mb``),
   and the private memory each worker dirtied (copy-on-write copies plus its own allocations); and the time and
   peak memory of SCST's CIDEr-D document frequencies over the training references. Each in its own process.
-- ``startup``: seconds from launching ``vlattn train`` (``--preset``, CPU) to its first training record
+- ``startup``: seconds from launching ``vlattn train`` (each of ``--startup-presets``, default ``--preset``; CPU) to
+  its first training record
   (the first step included), with the caches in the data directory absent and then present; and the phases
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
-- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap, MB/s of TSV read against the disk's
-  sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and its peak RSS.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap (its default ``--jobs``: the usable CPUs),
+  MB/s of TSV read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB
+  reads), and the peak RSS of its largest process.
 - ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
@@ -461,24 +463,25 @@ def section_memory(args: argparse.Namespace) -> dict[str, Any]:
 # --- start-up ---------------------------------------------------------------------------------------------------
 
 
-def train_command(args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
+def train_command(args: argparse.Namespace, out: Path, *extra: str, preset: str | None = None) -> list[str]:
     root = data_root(args)
     features = store_path(args, "memmap").relative_to(root)
-    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", args.preset, "--out", str(out),
+    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", preset or args.preset,
+            "--out", str(out),
             "--device", "cpu", "--set", f"data.root={root}", "--set", "data.karpathy=dataset.json",
             "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=2",
             "--set", "train.val_max_images=50", "--set", f"model.feature_dim={args.dim}",
             *extra]
 
 
-def first_step(args: argparse.Namespace, out: Path) -> float:
+def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> float:
     """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
     saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
     errors = out.with_name(f"{out.name}.log")
     errors.parent.mkdir(parents=True, exist_ok=True)
     with open(errors, "wb") as stderr:
-        process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(train_command(args, out, preset=preset), stdout=subprocess.DEVNULL, stderr=stderr)
         log = out / "metrics.jsonl"
         seconds = None
         while process.poll() is None:
@@ -526,14 +529,17 @@ def phases(args: argparse.Namespace) -> dict[str, float]:
 
 def section_startup(args: argparse.Namespace) -> dict[str, Any]:
     runs = Path(args.work) / "runs"
-    shutil.rmtree(data_root(args) / "cache", ignore_errors=True)
-    result = {"preset": args.preset}
-    for label in ("no_cache", "cached"):
-        out = runs / f"startup-{label}"
-        shutil.rmtree(out, ignore_errors=True)
-        result[f"first_step_s_{label}"] = round(first_step(args, out), 1)
-    result["phases"] = in_child(args, "phases")
-    return result
+    rows = []
+    for preset in args.startup_presets:
+        shutil.rmtree(data_root(args) / "cache", ignore_errors=True)
+        row: dict[str, Any] = {"preset": preset}
+        for label in ("no_cache", "cached"):
+            out = runs / f"startup-{preset}-{label}"
+            shutil.rmtree(out, ignore_errors=True)
+            row[f"first_step_s_{label}"] = round(first_step(args, out, preset), 1)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"rows": rows, "phases": in_child(args, "phases")}
 
 
 # --- conversion and evaluation ------------------------------------------------------------------------------------
@@ -560,6 +566,9 @@ def peak_of(command: list[str], log: Path) -> tuple[float, float]:
 
 
 def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    from vlattn.data.features import MAX_JOBS
+    from vlattn.data.features.tsv_blocks import usable_cores
+
     tsv = store_path(args, "tsv")
     drop_cache(tsv)
     size, seconds = read_all(tsv)
@@ -573,7 +582,8 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(out)
     convert = size / convert_s / 2**20
     return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss)}
+            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss),
+            "processes": min(usable_cores(), MAX_JOBS)}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -696,17 +706,19 @@ def md_memory(results: dict[str, Any]) -> str:
 def md_startup(results: dict[str, Any]) -> str:
     startup = results["startup"]
     phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
-    return (f"`vlattn train --config {startup['preset']}` on CPU, {results['images']:,} images: seconds from launch to "
-            "the first training record (the first step included)\n\n"
-            "| caches in the data directory | seconds |\n|---|---|\n"
-            f"| none | {startup['first_step_s_no_cache']} |\n| present | {startup['first_step_s_cached']} |\n\n"
-            f"Phases in one process: {phases}.")
+    lines = ["| preset | no caches in the data directory (s) | caches present (s) |", "|---|---|---|"]
+    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} |" for r in startup["rows"]]
+    return (f"`vlattn train --config PRESET` on CPU, {results['images']:,} images: seconds from launch to the first "
+            "training record (the first step included; a CATT preset's k-means dictionaries included)\n\n"
+            + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
 
 
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first.\n\n"
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first; the TSV "
+            f"parsed by {c['processes']} forked processes (`--jobs`, default: the usable CPUs) while the main process "
+            "reads and writes. Peak RSS: of the largest process.\n\n"
             "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
             f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
             f"{c['convert_s']} | {c['peak_rss_mb']} |")
@@ -764,7 +776,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-batches", type=int, default=0, help="batches of the memory epoch (0: all)")
     parser.add_argument("--regions", type=int, default=50, help="regions per image")
     parser.add_argument("--dim", type=int, default=2048, help="feature size")
-    parser.add_argument("--preset", default="m2", help="config of the start-up and eval sections")
+    parser.add_argument("--preset", default="m2", help="config of the eval section (and of start-up by default)")
+    parser.add_argument("--startup-presets", default=None, help="comma-separated configs of the start-up section")
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
@@ -781,6 +794,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.beams = [int(b) for b in args.beams.split(",")]
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.caches = [c for c in args.caches.split(",") if c]
+    args.startup_presets = (args.startup_presets or args.preset).split(",")
     unknown = [s for s in args.sections if s not in SECTIONS] + [f for f in args.formats if f not in workload.FORMATS]
     unknown += [t for t in args.tasks if t not in TASKS] + [c for c in args.caches if c not in ("cold", "warm")]
     if unknown:

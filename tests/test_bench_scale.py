@@ -58,7 +58,8 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
 def test_startup_and_eval_sections(tmp_path: Path) -> None:
     results = bench_scale(tmp_path, "--sections", "startup,eval", "--preset", "m2-demo", "--beams", "1")
     startup = results["startup"]
-    assert startup["first_step_s_no_cache"] > 0 and startup["first_step_s_cached"] > 0
+    (row,) = startup["rows"]
+    assert row["preset"] == "m2-demo" and row["first_step_s_no_cache"] > 0 and row["first_step_s_cached"] > 0
     assert {"load_caption_data", "fingerprint", "cider_df_build", "cider_df_cached"} <= set(startup["phases"])
     (row,) = results["eval"]["rows"]
     assert row["beam"] == 1 and row["images"] == 2 and 0 < row["metrics_share"] < 1
