@@ -4,21 +4,26 @@ Generates the workload of benchmarks/scale_workload.py (COCO shapes, random valu
 afterwards unless ``--keep``), then measures, side by side in one run, the sections named by ``--sections``:
 
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
-  with their references; VQA: batch 64 of questions) for each store format and the released M2 code's HDF5
+  with their references; VQA: batch 64 of questions) for each store format, the memmap store read item by item
+  (``memmap-items``: without the batch read-ahead of vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
-  the batches after the first (worker start-up excluded). Stores are read without vlattn's region cache.
+  the batches after the first (worker start-up excluded). Stores are read without vlattn's region cache. Beside
+  them, the disk's rates in the same run: sequential (8 MiB reads) and random reads of one image's float16
+  features (200 KiB at COCO shapes) one at a time and 32 in flight; and each store's bytes per image.
 - ``memory``: peak proportional (PSS) anonymous memory, i.e. besides the page cache, of the main process and of
   each DataLoader worker through an XE epoch (``--memory-batches`` > 0: that many batches) of the training
   pipeline as ``vlattn train`` builds it (``load_caption_data``, the region cache at ``data.region_cache_mb``),
   and the private memory each worker dirtied (copy-on-write copies plus its own allocations); and the time and
   peak memory of SCST's CIDEr-D document frequencies over the training references. Each in its own process.
-- ``startup``: seconds from launching ``vlattn train`` (``--preset``, CPU) to its first training record
+- ``startup``: seconds from launching ``vlattn train`` (each of ``--startup-presets``, default ``--preset``; CPU) to
+  its first training record
   (the first step included), with the caches in the data directory absent and then present; and the phases
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
-- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap, MB/s of TSV read against the disk's
-  sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and its peak RSS.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap (its default ``--jobs``: the usable CPUs),
+  MB/s of TSV read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB
+  reads), and the peak RSS of its largest process.
 - ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
@@ -59,6 +64,7 @@ import scale_workload as workload
 SECTIONS = ("loader", "memory", "startup", "convert", "eval")
 STORE_PATHS = {"memmap": "memmap", "m2-hdf5": "m2.h5", "npz-dir": "npz", "tsv": "features.tsv", "lmdb": "lmdb"}
 READ_CHUNK = 8 << 20
+TASKS = ("xe", "scst", "vqa")
 
 
 # --- the workload ---------------------------------------------------------------------------------------------
@@ -164,8 +170,12 @@ def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[i
 
 def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
     """Items per second through a DataLoader of random batches, timed from the first batch's arrival."""
+    from vlattn.data.regions import BatchReadahead, ReadaheadBatches
+
     chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
-    loader = DataLoader(dataset, batch_sampler=chosen, collate_fn=collate, num_workers=workers)
+    # vlattn's datasets are read as the training loop reads them: the next batch hinted while this one is read
+    sampler = ReadaheadBatches(chosen, dataset) if isinstance(dataset, BatchReadahead) else chosen
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
     items, start = 0, 0.0
     for index, _ in enumerate(loader):
         if index == 0:
@@ -175,8 +185,75 @@ def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches:
     return items / (time.perf_counter() - start)
 
 
-def loader_sets(args: argparse.Namespace, fmt: str) -> dict[str, tuple[Dataset, Callable, int]]:
-    """``{task: (dataset, collate, batch size)}`` over the store of ``fmt`` (opened anew: nothing cached)."""
+class ItemByItem(Dataset):
+    """``dataset`` without its ``__getitems__``: the DataLoader reads a batch one item at a time, no read-ahead."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+
+def source_path(args: argparse.Namespace, fmt: str) -> Path:
+    """The store a loader variant reads."""
+    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap"}.get(fmt, fmt))
+
+
+def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> dict[str, float]:
+    """The disk's rates on the memmap feature file, page cache dropped before each: sequential MB/s (8 MiB reads
+    over at most 2 GiB) and random reads of one image's features (``reads`` at random images) one at a time and
+    ``depth`` in flight (a thread per request), in MB/s and images/s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    file = store_path(args, "memmap") / "features.f16"
+    item = args.regions * args.dim * 2
+    drop_cache(file)
+    start, total = time.perf_counter(), 0
+    with open(file, "rb", buffering=0) as handle:
+        while total < 2 << 30 and (chunk := handle.read(READ_CHUNK)):
+            total += len(chunk)
+    out = {"sequential_mb_s": round(total / (time.perf_counter() - start) / 2**20)}
+    offsets = (np.random.default_rng(0).permutation(args.images)[:reads] * item).tolist()
+    fd = os.open(file, os.O_RDONLY)
+    try:
+        for label, threads in (("qd1", 1), (f"qd{depth}", depth)):
+            drop_cache(file)
+            start = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                done = sum(len(b) for b in pool.map(lambda offset: os.pread(fd, item, offset), offsets))
+            seconds = time.perf_counter() - start
+            out[f"random_{label}_mb_s"] = round(done / seconds / 2**20)
+            out[f"random_{label}_images_s"] = round(len(offsets) / seconds)
+    finally:
+        os.close(fd)
+    return out
+
+
+def batch_share_ms(args: argparse.Namespace, repeats: int = 10) -> float:
+    """Milliseconds to move one XE batch's features (50 x regions x dim float32) into shared memory, what a
+    DataLoader worker does with every batch it hands to the main process (median of ``repeats``)."""
+    batch = torch.rand(50, args.regions, args.dim)
+    times = []
+    for _ in range(repeats):
+        copy = batch.clone()
+        start = time.perf_counter()
+        copy.share_memory_()
+        times.append((time.perf_counter() - start) * 1e3)
+    return round(statistics.median(times), 1)
+
+
+def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
+    """The store's size over its images: what a cold read of one image brings in, on average."""
+    return round(sum(f.stat().st_size for f in files_of(source_path(args, fmt))) / args.images)
+
+
+def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, Callable, int] | None:
+    """``(dataset, collate, batch size)`` of ``task`` over the store of ``fmt`` (opened anew: nothing cached), or
+    None when the variant has no such task (the anchor reads XE pairs only)."""
     from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
     from vlattn.data.features import open_store
     from vlattn.data.karpathy import load_karpathy
@@ -190,20 +267,25 @@ def loader_sets(args: argparse.Namespace, fmt: str) -> dict[str, tuple[Dataset, 
     vocab = build_vocabulary(entries)
     if fmt == "anchor":
         pairs = [(e.image_id, vocab.encode(c, 20)) for e in train for c in e.captions]
-        return {"xe": (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50)}
-    store = open_store(store_path(args, fmt))
-    split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
-    assert split.annotations is not None
-    answers = AnswerVocabulary.build((a.multiple_choice_answer for a in split.annotations.values()), top_k=3129)
-    questions = VQADataset(split.questions, split.annotations, store, build_question_vocabulary(split.questions),
-                           answers, 50)
-    return {"xe": (CaptionTrainSet(train, store, vocab, 50, 20), collate_train, 50),
-            "scst": (CaptionEvalSet(train, store, 50), collate_eval, 50),
-            "vqa": (questions, collate_vqa, 64)}
+        return (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50) if task == "xe" else None
+    store = open_store(source_path(args, fmt))
+    if task == "xe":
+        found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20), collate_train, 50)
+    elif task == "scst":
+        found = (CaptionEvalSet(train, store, 50), collate_eval, 50)
+    else:
+        split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
+        assert split.annotations is not None
+        answers = AnswerVocabulary.build((a.multiple_choice_answer for a in split.annotations.values()), top_k=3129)
+        found = (VQADataset(split.questions, split.annotations, store, build_question_vocabulary(split.questions),
+                            answers, 50), collate_vqa, 64)
+    return (ItemByItem(found[0]), *found[1:]) if fmt == "memmap-items" else found  # type: ignore[return-value]
 
 
 # A100 SXM4 dense peak rates (NVIDIA A100 datasheet): FP32 19.5, TF32 tensor 156, BF16 tensor 312 TFLOPS
 A100_TFLOPS = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}
+# Assumed sustained rate of the XE step on an A100: half the BF16 dense peak (see md_loader)
+ASSUMED_TFLOPS = A100_TFLOPS["bf16"] / 2
 
 
 def a100_bound(batch: int = 50) -> dict[str, Any]:
@@ -219,32 +301,41 @@ def a100_bound(batch: int = 50) -> dict[str, Any]:
             "pairs_per_s_at_peak": {name: round(batch * rate * 1e12 / flops) for name, rate in A100_TFLOPS.items()}}
 
 
+def loader_variants(formats: list[str]) -> list[str]:
+    """The stores of ``--formats``, the memmap store item by item after it, the anchor last."""
+    return [name for fmt in formats for name in (fmt, *(["memmap-items"] if fmt == "memmap" else []))] + ["anchor"]
+
+
 def section_loader(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
-    for fmt in [*args.formats, "anchor"]:
-        path = store_path(args, "m2-hdf5" if fmt == "anchor" else fmt)
-        for cache in ("cold", "warm"):
+    disk = disk_rates(args) if "memmap" in args.formats else {}
+    print(json.dumps(disk), file=sys.stderr, flush=True)
+    for fmt in loader_variants(args.formats):
+        path = source_path(args, fmt)
+        for cache in args.caches:
             if cache == "warm":
                 read_all(path)
-            for task in ("xe", "scst", "vqa"):
+            for task in args.tasks:
                 for workers in args.workers:
-                    sets = loader_sets(args, fmt)
-                    if task not in sets:
+                    found = loader_set(args, fmt, task)
+                    if found is None:
                         continue
-                    dataset, collate, batch = sets[task]
+                    dataset, collate, batch = found
                     values = []
                     for repeat in range(args.repeats):
                         if cache == "cold":
                             drop_cache(path)
-                        seed = zlib.crc32(f"{fmt} {cache} {task} {workers} {repeat}".encode())
+                        seed = zlib.crc32(f"{cache} {task} {workers} {repeat}".encode())  # the same batches for every store
                         values.append(rate(dataset, collate, batch, workers, args.batches, seed))
                     rows.append({"format": fmt, "cache": cache, "task": task, "workers": workers,
                                  "items_per_s": round(statistics.median(values), 1),
                                  "runs": [round(v) for v in values]})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                    del sets, dataset
+                    del found, dataset
                     gc.collect()
-    return {"rows": rows, "a100": a100_bound()}
+    sizes = {fmt: bytes_per_image(args, fmt) for fmt in loader_variants(args.formats)}
+    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "batch_share_ms": batch_share_ms(args),
+            "a100": a100_bound()}
 
 
 # --- memory -----------------------------------------------------------------------------------------------------
@@ -372,24 +463,25 @@ def section_memory(args: argparse.Namespace) -> dict[str, Any]:
 # --- start-up ---------------------------------------------------------------------------------------------------
 
 
-def train_command(args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
+def train_command(args: argparse.Namespace, out: Path, *extra: str, preset: str | None = None) -> list[str]:
     root = data_root(args)
     features = store_path(args, "memmap").relative_to(root)
-    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", args.preset, "--out", str(out),
+    return [str(Path(sys.executable).with_name("vlattn")), "train", "--config", preset or args.preset,
+            "--out", str(out),
             "--device", "cpu", "--set", f"data.root={root}", "--set", "data.karpathy=dataset.json",
             "--set", f"data.features={features}", "--set", "train.log_every=1", "--set", "train.max_steps=2",
             "--set", "train.val_max_images=50", "--set", f"model.feature_dim={args.dim}",
             *extra]
 
 
-def first_step(args: argparse.Namespace, out: Path) -> float:
+def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> float:
     """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
     saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
     errors = out.with_name(f"{out.name}.log")
     errors.parent.mkdir(parents=True, exist_ok=True)
     with open(errors, "wb") as stderr:
-        process = subprocess.Popen(train_command(args, out), stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(train_command(args, out, preset=preset), stdout=subprocess.DEVNULL, stderr=stderr)
         log = out / "metrics.jsonl"
         seconds = None
         while process.poll() is None:
@@ -437,14 +529,17 @@ def phases(args: argparse.Namespace) -> dict[str, float]:
 
 def section_startup(args: argparse.Namespace) -> dict[str, Any]:
     runs = Path(args.work) / "runs"
-    shutil.rmtree(data_root(args) / "cache", ignore_errors=True)
-    result = {"preset": args.preset}
-    for label in ("no_cache", "cached"):
-        out = runs / f"startup-{label}"
-        shutil.rmtree(out, ignore_errors=True)
-        result[f"first_step_s_{label}"] = round(first_step(args, out), 1)
-    result["phases"] = in_child(args, "phases")
-    return result
+    rows = []
+    for preset in args.startup_presets:
+        shutil.rmtree(data_root(args) / "cache", ignore_errors=True)
+        row: dict[str, Any] = {"preset": preset}
+        for label in ("no_cache", "cached"):
+            out = runs / f"startup-{preset}-{label}"
+            shutil.rmtree(out, ignore_errors=True)
+            row[f"first_step_s_{label}"] = round(first_step(args, out, preset), 1)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"rows": rows, "phases": in_child(args, "phases")}
 
 
 # --- conversion and evaluation ------------------------------------------------------------------------------------
@@ -471,6 +566,9 @@ def peak_of(command: list[str], log: Path) -> tuple[float, float]:
 
 
 def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    from vlattn.data.features import MAX_JOBS
+    from vlattn.data.features.tsv_blocks import usable_cores
+
     tsv = store_path(args, "tsv")
     drop_cache(tsv)
     size, seconds = read_all(tsv)
@@ -484,7 +582,8 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(out)
     convert = size / convert_s / 2**20
     return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss)}
+            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss),
+            "processes": min(usable_cores(), MAX_JOBS)}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -494,6 +593,12 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
     first_step(args, run)
     checkpoint = run / "checkpoints" / "last"
+    from vlattn.api import load
+
+    captioner = load(checkpoint, "cpu")
+    size = {"parameters": sum(p.numel() for p in captioner.model.parameters()), "vocabulary": len(captioner.vocab),
+            "d_model": captioner.config.model.d_model}
+    del captioner
     vlattn = str(Path(sys.executable).with_name("vlattn"))
     root = data_root(args)
     entries = {e["cocoid"]: [s["raw"] for s in e["sentences"]]
@@ -512,34 +617,68 @@ def section_eval(args: argparse.Namespace) -> dict[str, Any]:
                      "metrics_share": round(metrics_s / seconds, 3), "peak_rss_mb": round(rss),
                      "unavailable": sorted(report["unavailable"])})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return {"preset": args.preset, "rows": rows}
+    return {"preset": args.preset, **size, "threads": os.environ.get("OMP_NUM_THREADS", "default"), "rows": rows}
 
 
 # --- RESULTS.md sections ------------------------------------------------------------------------------------------
 
 
 def md_loader(results: dict[str, Any]) -> str:
-    rows = {(r["format"], r["task"], r["cache"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
+    loader = results["loader"]
+    rows = {(r["format"], r["task"], r["cache"], r["workers"]): r["items_per_s"] for r in loader["rows"]}
+    sizes = loader["bytes_per_image"]
     workers = sorted({key[3] for key in rows})
-    head = " | ".join(f"{cache} {w}w" for cache in ("cold", "warm") for w in workers)
-    lines = [f"| store | batches | {head} |", "|---|---|" + "---|" * 2 * len(workers)]
+    caches = [c for c in ("cold", "warm") if any(key[2] == c for key in rows)]
+    columns = [(cache, w) for cache in caches for w in workers]
+    head = " | ".join(f"{cache} {w}w" for cache, w in columns)
+    lines = [f"| store | KB/image | batches | {head} |", "|---|---|---|" + "---|" * len(columns)]
+
+    def cell(fmt: str, task: str, cache: str, w: int) -> str:
+        value = rows.get((fmt, task, cache, w))
+        if value is None:
+            return "-"
+        return f"{value:,.0f}" + (f" ({value * sizes[fmt] / 2**20:.0f})" if cache == "cold" else "")
+
     for fmt, task in dict.fromkeys((key[0], key[1]) for key in rows):
-        cells = " | ".join(f"{rows.get((fmt, task, cache, w), 0):.0f}" for cache in ("cold", "warm") for w in workers)
-        lines.append(f"| {fmt} | {task} | {cells} |")
-    ratios = ", ".join(f"{w}w {rows[('memmap', 'xe', 'cold', w)] / rows[('anchor', 'xe', 'cold', w)]:.1f}x"
-                       for w in workers)
-    a100 = results["loader"]["a100"]
-    peak = ", ".join(f"{name} {value:,}" for name, value in a100["pairs_per_s_at_peak"].items())
+        cells = " | ".join(cell(fmt, task, cache, w) for cache, w in columns)
+        lines.append(f"| {fmt} | {sizes[fmt] / 1000:.0f} | {task} | {cells} |")
+
+    def ratios(top: str, bottom: str) -> str:
+        return ", ".join(f"{w}w {rows[(top, 'xe', 'cold', w)] / rows[(bottom, 'xe', 'cold', w)]:.1f}x"
+                         for w in workers if (top, "xe", "cold", w) in rows and (bottom, "xe", "cold", w) in rows)
+
+    disk = loader["disk"]
+    depth = next(key for key in disk if key.startswith("random_qd") and key != "random_qd1_mb_s"
+                 and key.endswith("_mb_s"))
+    deep = depth[len("random_"):-len("_mb_s")]
+    a100 = loader["a100"]
+    demand = round(50 * ASSUMED_TFLOPS * 1e12 / (a100["m2_xe_step_gflops"] * 1e9))
+    one = [f"{cache} {rows[('memmap', 'xe', cache, 1)]:,.0f}" for cache in caches if ('memmap', 'xe', cache, 1) in rows]
     return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
-            f"{results.get('repeats', 1)} runs into batches (XE: "
-            "50 (image, caption) pairs; SCST: 50 images with references; VQA: 64 questions) after the first batch, "
-            f"{'/'.join(map(str, workers))} DataLoader workers; cold: every file of the store dropped from the page cache with "
-            "`posix_fadvise(POSIX_FADV_DONTNEED)` first; warm: every file read once first. `anchor`: the released M2 "
-            "code's access (HDF5 file opened per item, `f['%d_features' % id][()]`, padded in float64).\n\n"
+            f"{results.get('repeats', 1)} runs into batches (XE: 50 (image, caption) pairs; SCST: 50 images with "
+            f"references; VQA: 64 questions) after the first batch, {'/'.join(map(str, workers))} DataLoader "
+            "workers; cold: every file of the store dropped from the page cache with "
+            "`posix_fadvise(POSIX_FADV_DONTNEED)` first, cells 'items/s (MB/s of store read)'; warm: every file "
+            "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets read as its "
+            "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
+            "this one is read); `memmap-items`: the same store read item by item (one synchronous read at a time); "
+            "`anchor`: the released M2 code's access (HDF5 file "
+            "opened per item, `f['%d_features' % id][()]`, float32, padded in float64).\n\n"
             + "\n".join(lines)
-            + f"\n\nmemmap / anchor, XE cold: {ratios}. An A100 at peak would take the m2 preset's XE step "
-            f"({a100['m2_xe_step_gflops']} GFLOPs at batch 50, torch's FLOP counter) at {peak} pairs/s "
-            "(FP32 / TF32 / BF16 dense peak of NVIDIA's A100 datasheet; an upper bound: real steps reach part of it).")
+            + f"\n\nDisk, same run, page cache dropped: sequential {disk['sequential_mb_s']} MB/s (8 MiB reads); "
+            f"random reads of one image's float16 features: one at a time {disk['random_qd1_mb_s']} MB/s "
+            f"({disk['random_qd1_images_s']} images/s), {deep[2:]} in flight {disk[depth]} MB/s "
+            f"({disk[f'random_{deep}_images_s']} images/s). XE cold, memmap / anchor: {ratios('memmap', 'anchor')}; "
+            f"memmap / memmap-items: {ratios('memmap', 'memmap-items')}. A worker moves each batch into shared "
+            f"memory for the main process: {loader.get('batch_share_ms', '?')} ms per XE batch of float32 features "
+            "(`share_memory_()`, same run)."
+            + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
+            f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
+            f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
+            "published large-model utilisation on A100 is 52% of peak, Narayanan et al. 2021, Megatron-LM, and a "
+            f"d=512 model at batch 50 reaches less) it consumes {demand:,} pairs/s; at the FP32 peak without tensor "
+            f"cores (19.5 TFLOPS) {a100['pairs_per_s_at_peak']['fp32']:,}. One memmap worker here, XE: "
+            f"{', '.join(one) or 'not measured'} pairs/s.")
 
 
 def md_memory(results: dict[str, Any]) -> str:
@@ -567,17 +706,19 @@ def md_memory(results: dict[str, Any]) -> str:
 def md_startup(results: dict[str, Any]) -> str:
     startup = results["startup"]
     phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
-    return (f"`vlattn train --config {startup['preset']}` on CPU, {results['images']:,} images: seconds from launch to "
-            "the first training record (the first step included)\n\n"
-            "| caches in the data directory | seconds |\n|---|---|\n"
-            f"| none | {startup['first_step_s_no_cache']} |\n| present | {startup['first_step_s_cached']} |\n\n"
-            f"Phases in one process: {phases}.")
+    lines = ["| preset | no caches in the data directory (s) | caches present (s) |", "|---|---|---|"]
+    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} |" for r in startup["rows"]]
+    return (f"`vlattn train --config PRESET` on CPU, {results['images']:,} images: seconds from launch to the first "
+            "training record (the first step included; a CATT preset's k-means dictionaries included)\n\n"
+            + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
 
 
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first.\n\n"
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first; the TSV "
+            f"parsed by {c['processes']} forked processes (`--jobs`, default: the usable CPUs) while the main process "
+            "reads and writes. Peak RSS: of the largest process.\n\n"
             "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
             f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
             f"{c['convert_s']} | {c['peak_rss_mb']} |")
@@ -590,14 +731,16 @@ def md_eval(results: dict[str, Any]) -> str:
         lines.append(f"| {r['beam']} | {r['images']:,} | {r['seconds']} | {r['images_per_s']} | {r['metrics_s']} | "
                      f"{r['metrics_share']:.0%} | {r['peak_rss_mb']} |")
     missing = sorted({name for r in results["eval"]["rows"] for name in r["unavailable"]})
-    return (f"`vlattn eval` (CPU) of a two-step `{results['eval']['preset']}` checkpoint on the test split; an "
+    ev = results["eval"]
+    return (f"`vlattn eval` (CPU, OMP_NUM_THREADS={ev['threads']}) of a two-step `{ev['preset']}` checkpoint (d={ev['d_model']}, "
+            f"{ev['parameters']:,} parameters over {ev['vocabulary']:,} words) on the test split; an "
             "untrained model decodes all 20 steps. 'metrics': the written predictions scored again alone (BLEU, "
             f"METEOR, ROUGE-L, CIDEr-D{'; not available: ' + ', '.join(missing) if missing else ''}).\n\n"
             + "\n".join(lines))
 
 
 SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
-    "loader": ("Scale: loader throughput", md_loader), "memory": ("Scale: memory", md_memory),
+    "loader": ("Scale: loader throughput at {images:,} images", md_loader), "memory": ("Scale: memory", md_memory),
     "startup": ("Scale: start-up", md_startup), "convert": ("Scale: TSV to memmap conversion", md_convert),
     "eval": ("Scale: evaluation", md_eval)}
 
@@ -607,6 +750,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
     from results import write_section
 
     for name, (heading, render) in SECTION_MARKDOWN.items():
+        heading = heading.format(images=results["images"])
         if name in results:
             text = render(results)
             if results["sparse"]:
@@ -625,12 +769,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--formats", default=",".join(workload.FORMATS), help="stores of the loader section")
     parser.add_argument("--workers", default="0,1,2", help="DataLoader worker counts (loader, memory)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="batches of the loader section")
+    parser.add_argument("--caches", default="cold,warm", help="page cache states of the loader section")
     parser.add_argument("--batches", type=int, default=30, help="timed batches per loader measurement")
     parser.add_argument("--repeats", type=int, default=3, help="loader measurements per setting (median reported)")
     parser.add_argument("--memory-batches", type=int, default=0, help="batches of the memory epoch (0: all)")
     parser.add_argument("--regions", type=int, default=50, help="regions per image")
     parser.add_argument("--dim", type=int, default=2048, help="feature size")
-    parser.add_argument("--preset", default="m2", help="config of the start-up and eval sections")
+    parser.add_argument("--preset", default="m2", help="config of the eval section (and of start-up by default)")
+    parser.add_argument("--startup-presets", default=None, help="comma-separated configs of the start-up section")
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
@@ -645,9 +792,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.formats = [f for f in args.formats.split(",") if f]
     args.workers = [int(w) for w in args.workers.split(",")]
     args.beams = [int(b) for b in args.beams.split(",")]
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    args.caches = [c for c in args.caches.split(",") if c]
+    args.startup_presets = (args.startup_presets or args.preset).split(",")
     unknown = [s for s in args.sections if s not in SECTIONS] + [f for f in args.formats if f not in workload.FORMATS]
+    unknown += [t for t in args.tasks if t not in TASKS] + [c for c in args.caches if c not in ("cold", "warm")]
     if unknown:
-        parser.error(f"unknown section or format: {', '.join(unknown)}")
+        parser.error(f"unknown section, format, task or cache: {', '.join(unknown)}")
     if args.sparse and args.child is None and {"loader", "convert"} & set(args.sections):
         parser.error("--sparse has no feature bytes: the loader and convert sections need a real store")
     return args

@@ -13,18 +13,22 @@ Presets (each as its ``make`` target runs it, one torch thread):
 - ``xe:CONFIG``: ``python -m vlattn.demo --no-scst --config CONFIG`` (XE only: ``xe:demo`` is the demo's XE stage,
   ``xe:m2-demo`` the synthetic M2 comparison's model, ...); an ``xe:demo`` job takes its figures from the finished
   ``demo`` job of its seed, kernel and settings when there is one (that job's XE stage is the same run);
-- ``vqa:CONFIG``: ``python -m vlattn.demo_vqa --config CONFIG`` (``vqa:vqa-catt-demo``, ...).
+- ``vqa:CONFIG``: ``python -m vlattn.demo_vqa --config CONFIG`` (``vqa:vqa-catt-demo``, ...);
+- ``LABEL=KIND:CONFIG@KEY=VALUE@KEY=VALUE...``: a ``KIND:CONFIG`` preset with overrides of its own (given after the
+  ``--set`` items), named LABEL in the table and its job names (``lw3x=xe:lw-demo@model.encoder_self_attention
+  .options.expansion=3@...``); a label without overrides renames the preset.
 
 Kernels: ``best`` (the variable unset: the host's best path), or a value of ``ATEN_CPU_CAPABILITY`` (``avx2``,
 ``avx512``, ``default``, ...); the path torch actually took is recorded per job.
 
 Usage: ``python benchmarks/bench_variance.py [--presets demo demo-vqa] [--seeds 1234 1 2 3 4]
 [--kernels avx2 best] [--work runs/bench-variance] [--set KEY=VALUE ...] [--dry-run | --report-only]
-[--floors FILE] [--write [SECTION]]``. ``--set`` items go to every job's demo (a probe of other settings; use another
-``--work``). ``--dry-run`` lists each job as finished or with the command it would run; ``--report-only`` reports
-the finished jobs. The floors are computed from ``WORK/data`` (and a VQA job's run configuration) unless ``--floors``
-gives them as a JSON object (e.g. ``{"constant caption CIDEr-D": 0.3651}``). ``--write`` puts the table into
-RESULTS.md, under "## Demo variance over seeds and CPU kernels" or the section named.
+[--floors FILE] [--baseline PRESET] [--write [SECTION]]``. ``--set`` items go to every job's demo (a probe of other
+settings; use another ``--work``). ``--dry-run`` lists each job as finished or with the command it would run;
+``--report-only`` reports the finished jobs. The floors are computed from ``WORK/data`` (and a VQA job's run
+configuration) unless ``--floors`` gives them as a JSON object (e.g. ``{"constant caption CIDEr-D": 0.3651}``).
+``--baseline PRESET`` adds each other preset's paired differences to PRESET (same seed and kernel) per figure.
+``--write`` puts the table into RESULTS.md, under "## Demo variance over seeds and CPU kernels" or the section named.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -50,16 +55,39 @@ FIXED = {"demo": ("vlattn.demo", "demo"), "demo-vqa": ("vlattn.demo_vqa", "vqa-d
 KINDS = {"xe": "vlattn.demo", "vqa": "vlattn.demo_vqa"}  # ``KIND:CONFIG`` presets
 
 
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def parts(preset: str) -> tuple[str, str, list[str]]:
+    """``(label, base, overrides)`` of a preset as given: ``LABEL=KIND:CONFIG@KEY=VALUE...`` -> ``(LABEL,
+    KIND:CONFIG, [KEY=VALUE, ...])``; the label of a preset given without one is the preset itself."""
+    head, eq, rest = preset.partition("=")
+    labelled = bool(eq) and ":" not in head and "@" not in head
+    base, *overrides = (rest if labelled else preset).split("@")
+    return (head if labelled else preset), base, overrides
+
+
 def preset_name(text: str) -> str:
-    """``text`` if it names a preset (``demo``, ``demo-vqa``, ``xe:CONFIG``, ``vqa:CONFIG``), else a usage error."""
-    kind, _, config = text.partition(":")
-    if text in FIXED or (kind in KINDS and config):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: not demo, demo-vqa, xe:CONFIG or vqa:CONFIG")
+    """``text`` if it names a preset (``demo``, ``demo-vqa``, ``xe:CONFIG``, ``vqa:CONFIG``, the last two with an
+    optional ``LABEL=`` and ``@KEY=VALUE`` overrides), else a usage error."""
+    label, base, overrides = parts(text)
+    kind, _, config = base.partition(":")
+    if not (base in FIXED or (kind in KINDS and config)):
+        raise argparse.ArgumentTypeError(f"{text!r}: not demo, demo-vqa, xe:CONFIG or vqa:CONFIG")
+    if base in FIXED and label != base:
+        raise argparse.ArgumentTypeError(f"{text!r}: labels and overrides are for xe:CONFIG and vqa:CONFIG presets")
+    if overrides and label == text:
+        raise argparse.ArgumentTypeError(f"{text!r}: a preset with overrides needs a label (LABEL={text})")
+    if label != text and not LABEL.fullmatch(label):
+        raise argparse.ArgumentTypeError(f"{text!r}: the label {label!r} is not letters, digits, '_', '.', '-'")
+    if bad := [item for item in overrides if "=" not in item]:
+        raise argparse.ArgumentTypeError(f"{text!r}: override {bad[0]!r} is not KEY=VALUE")
+    return text
 
 
 def is_vqa(preset: str) -> bool:
-    return preset == "demo-vqa" or preset.startswith("vqa:")
+    base = parts(preset)[1]
+    return base == "demo-vqa" or base.startswith("vqa:")
 
 
 @dataclass(frozen=True)
@@ -70,7 +98,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return f"{self.preset.replace(':', '-')}-{self.kernel}-s{self.seed}"
+        return f"{parts(self.preset)[0].replace(':', '-')}-{self.kernel}-s{self.seed}"
 
 
 def kernel_env(kernel: str) -> dict[str, str]:
@@ -94,14 +122,15 @@ def run_dir(work: Path, job: Job) -> Path:
 
 
 def command(job: Job, work: Path, overrides: list[str]) -> list[str]:
-    """The demo command of ``job`` (its seed and ``overrides`` as ``--set`` items)."""
-    kind, _, config = job.preset.partition(":")
-    module, config = FIXED[job.preset] if job.preset in FIXED else (KINDS[kind], config)
+    """The demo command of ``job`` (its seed, ``overrides`` and its preset's own as ``--set`` items)."""
+    _, base, own = parts(job.preset)
+    kind, _, config = base.partition(":")
+    module, config = FIXED[base] if base in FIXED else (KINDS[kind], config)
     cmd = [sys.executable, "-m", module, "--data", str(work / "data"), "--out", str(run_dir(work, job)),
            "--config", config]
     if kind == "xe":
         cmd.append("--no-scst")
-    for item in [f"train.seed={job.seed}", *overrides]:
+    for item in [f"train.seed={job.seed}", *overrides, *own]:
         cmd += ["--set", item]
     return cmd
 
@@ -138,9 +167,18 @@ def demo_stage(job: Job, work: Path, overrides: list[str]) -> dict | None:
 
 
 def finished(job: Job, work: Path, overrides: list[str]) -> dict | None:
-    """The result of ``job`` if it has run: its result file, or (``xe:demo``) the ``demo`` job's XE figures."""
+    """The result of ``job`` if it has run: its result file, or (``xe:demo``) the ``demo`` job's XE figures. A
+    result file of the job's name made by another preset (a label given to other overrides) ends the benchmark
+    (exit 2): its figures are not this preset's."""
     done = work / "results" / f"{job.name}.json"
-    return json.loads(done.read_text()) if done.is_file() else demo_stage(job, work, overrides)
+    if not done.is_file():
+        return demo_stage(job, work, overrides)
+    result = json.loads(done.read_text())
+    if result.get("preset", job.preset) != job.preset:
+        print(f"bench_variance: {done}: a result of preset {result['preset']!r}, not {job.preset!r} (another label "
+              "or --work)", file=sys.stderr)
+        raise SystemExit(2)
+    return result
 
 
 def planned(job: Job, work: Path, overrides: list[str]) -> str:
@@ -168,7 +206,7 @@ def run_job(job: Job, work: Path, overrides: list[str], cap: str) -> dict | None
     if code not in (0, 1):  # 1: the demo ran but missed its own floor, still a result
         print(f"[variance] {job.name}: FAILED (exit {code}); see {log}", flush=True)
         return None
-    result = {"job": job.name, "capability": cap, "seconds": seconds, "overrides": overrides,
+    result = {"job": job.name, "preset": job.preset, "capability": cap, "seconds": seconds, "overrides": overrides,
               "figures": collect(job, work)}
     done = work / "results" / f"{job.name}.json"
     done.parent.mkdir(parents=True, exist_ok=True)
@@ -202,23 +240,60 @@ def describe(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} | {sd:.4f} | {min(values):.4f} | {max(values):.4f} | {len(values)}"
 
 
-def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str]) -> list[str]:
-    """Markdown rows: per preset and figure, each kernel's seeds and (with several kernels) all runs together."""
+def table(results: dict[Job, dict], kernels: list[str], caps: dict[str, str], beams: bool = True) -> list[str]:
+    """Markdown rows: per preset and figure, each kernel's seeds and (with several kernels) all runs together; the
+    beam sizes used unless not ``beams``."""
     rows = ["| preset | figure | kernels | mean | sd | min | max | runs |", "|---|---|---|---|---|---|---|---|"]
     presets = list(dict.fromkeys(sorted((job.preset for job in results), key=is_vqa)))
     for preset in presets:
         mine = {job: r for job, r in results.items() if job.preset == preset}
+        label = parts(preset)[0]
         figures = [f for f in next(iter(mine.values()))["figures"] if "beam" not in f]
         for figure in figures:
             groups = [(f"{k} ({caps[k]})", [k]) for k in kernels] + ([("all", kernels)] if len(kernels) > 1 else [])
-            for label, members in groups:
+            for group, members in groups:
                 values = [r["figures"][figure] for job, r in mine.items() if job.kernel in members]
                 if values:
-                    rows.append(f"| {preset} | {figure} | {label} | {describe(values)} |")
-        beams = sorted({f"{f} {r['figures'][f]}" for r in mine.values() for f in r["figures"] if "beam" in f})
-        if beams:
-            rows.append(f"| {preset} | beam sizes used | all | {', '.join(beams)} | | | | |")
+                    rows.append(f"| {label} | {figure} | {group} | {describe(values)} |")
+        used = sorted({f"{f} {r['figures'][f]}" for r in mine.values() for f in r["figures"] if "beam" in f})
+        if used and beams:
+            rows.append(f"| {label} | beam sizes used | all | {', '.join(used)} | | | | |")
     return rows
+
+
+def paired(results: dict[Job, dict], baseline: str, kernels: list[str], caps: dict[str, str],
+           seeds: list[int]) -> list[str]:
+    """Markdown rows: each other preset minus ``baseline`` per figure and kernel over the seeds both finished
+    (the difference per seed, then mean, sd and min of the differences), and the seeds of each beam size chosen."""
+    rows = ["| difference | figure | kernel | per seed | mean | sd | min | pairs |", "|---|---|---|---|---|---|---|---|"]
+    found = {(job.preset, job.kernel, job.seed): r["figures"] for job, r in results.items()}
+    presets = list(dict.fromkeys(job.preset for job in results))
+    for preset in (p for p in presets if p != baseline):
+        for kernel in kernels:
+            both = [s for s in seeds if (preset, kernel, s) in found and (baseline, kernel, s) in found]
+            if not both:
+                continue
+            mine, base = [found[preset, kernel, s] for s in both], [found[baseline, kernel, s] for s in both]
+            for figure in (f for f in base[0] if "beam" not in f and f in mine[0]):
+                diffs = [m[figure] - b[figure] for m, b in zip(mine, base, strict=True)]
+                sd = f"{statistics.stdev(diffs):.4f}" if len(diffs) > 1 else "nan"
+                per_seed = ", ".join(f"{d:+.4f}" for d in diffs)
+                rows.append(f"| {parts(preset)[0]} - {parts(baseline)[0]} | {figure} | {kernel} ({caps[kernel]}) | "
+                            f"{per_seed} (seeds {', '.join(map(str, both))}) | {statistics.fmean(diffs):+.4f} | {sd} "
+                            f"| {min(diffs):+.4f} | {len(diffs)} |")
+    beams = []
+    for preset in presets:
+        for kernel in kernels:
+            chosen = [(s, found[preset, kernel, s]) for s in seeds if (preset, kernel, s) in found]
+            for figure in sorted({f for _, figures in chosen for f in figures if "beam" in f}):
+                seeds_of: dict[int, list[str]] = {}
+                for seed, figures in chosen:
+                    if figure in figures:
+                        seeds_of.setdefault(figures[figure], []).append(str(seed))
+                sizes = ", ".join(f"{size} (seed{'s' * (len(of) > 1)} {', '.join(of)})"
+                                  for size, of in sorted(seeds_of.items()))
+                beams.append(f"{parts(preset)[0]} {figure} on {kernel}: {sizes}")
+    return rows + (["", "Beam sizes chosen on validation: " + "; ".join(beams) + "."] if beams else [])
 
 
 def requirements(results: dict[Job, dict], floor: dict[str, float]) -> list[str]:
@@ -267,9 +342,13 @@ def main() -> int:
     mode.add_argument("--dry-run", action="store_true", help="run nothing; list each job as finished or its command")
     mode.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
     parser.add_argument("--floors", type=Path, metavar="FILE", help="the floors as a JSON object of name: value")
+    parser.add_argument("--baseline", type=preset_name, metavar="PRESET",
+                        help="one of --presets: add the others' paired differences to it (same seed and kernel)")
     parser.add_argument("--write", nargs="?", const=SECTION, metavar="SECTION",
                         help=f"write the table to RESULTS.md, under SECTION (default {SECTION!r})")
     args = parser.parse_args()
+    if args.baseline is not None and args.baseline not in args.presets:
+        parser.error(f"--baseline {args.baseline}: not one of --presets")
     work = args.work.resolve()
     # seed by seed, so that a benchmark stopped early has the same seeds of every preset and kernel
     jobs = [Job(p, k, s) for s in args.seeds for p in args.presets for k in args.kernels]
@@ -288,7 +367,9 @@ def main() -> int:
     if not results:
         print("[variance] no finished jobs")
         return 1
-    lines = table(results, args.kernels, caps)
+    lines = table(results, args.kernels, caps, beams=args.baseline is None)  # --baseline: the beams per seed
+    if args.baseline is not None:
+        lines += ["", *paired(results, args.baseline, args.kernels, caps, args.seeds)]
     floor = json.loads(args.floors.read_text()) if args.floors else floors(work, args.presets, jobs)
     targets = requirements(results, floor)
     lines += ["", "Floors: " + "; ".join(f"{k} {v:.4f}" for k, v in floor.items()) + "."]
@@ -301,7 +382,8 @@ def main() -> int:
     if args.write:
         section = [] if args.write == SECTION else ["--write", args.write]
         cmd = shlex.join(["benchmarks/bench_variance.py", "--presets", *args.presets, "--seeds", *map(str, args.seeds),
-                          "--kernels", *args.kernels, *[a for o in args.overrides for a in ("--set", o)], *section])
+                          "--kernels", *args.kernels, *[a for o in args.overrides for a in ("--set", o)],
+                          *(["--baseline", args.baseline] if args.baseline else []), *section])
         write_section(args.write, "\n".join([f"Command: `.venv/bin/python {cmd}`", "", *lines]))
     return 0 if len(results) == len(jobs) else 1
 

@@ -96,8 +96,6 @@ def interval(values: list[float]) -> str:
 def verdict(differences: list[float]) -> str:
     """Whether the paired differences' 95% interval lies above 0, below it, or contains it."""
     mean, half = statistics.mean(differences), half_width(differences)
-    if len(differences) < 2:
-        return "one seed"
     return "helps" if mean - half > 0 else "hurts" if mean + half < 0 else "no significant difference"
 
 
@@ -129,7 +127,8 @@ def table(args: argparse.Namespace) -> str:
             interval([scores["pretrained"][s][c] - scores["scratch"][s][c] for s in seeds])
             for c in ("overall", *TYPES)) + " |")
         gains = [scores["pretrained"][s]["overall"] - scores["scratch"][s]["overall"] for s in seeds]
-        verdicts.append(f"{name}: {verdict(gains)}")
+        if len(seeds) > 1:  # an interval needs two seeds
+            verdicts.append(f"{name}: {verdict(gains)}")
         per_seed.append(f"{name}: " + "; ".join(
             f"seed {s} {scores['scratch'][s]['overall']:.2f} -> {scores['pretrained'][s]['overall']:.2f}"
             for s in seeds))
@@ -146,11 +145,12 @@ def table(args: argparse.Namespace) -> str:
         "(vqa-lxmert-demo), or the same fine-tuning from scratch; test split, official VQA accuracy (%), mean ± 95% "
         "confidence half-width (t over the seeds).", "",
         "| model | start | seeds | overall | yes/no | number | other |", "|---|---|---|---|---|---|---|", *rows, "",
-        "Does pretraining help (paired difference overall, its 95% interval against 0): " + " / ".join(verdicts), "",
+        *(["Does pretraining help (paired difference overall, its 95% interval against 0): " + " / ".join(verdicts),
+            ""] if verdicts else []),
         "Per seed, overall (scratch -> pretrained): " + " / ".join(per_seed), "",
         "Pretraining's last validation accuracies (masked pieces, matching, masked regions' objects and attributes, "
         "drawn answers; mean over seeds): " + " / ".join(pretext), "",
-        "Command (after `.venv/bin/vlattn --threads 1 data synth --out data/synth`):", "",
+        "Command (after `.venv/bin/vlattn --threads 1 data synth --out data/synth`): "
         f"`.venv/bin/python {' '.join(command)}`",
     ])
 

@@ -34,8 +34,16 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     assert results["split"] == [36, 2, 2]
     rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
     expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
+    expected |= {("memmap-items", c, t, w) for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
     expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
     assert set(rows) == expected and all(rate > 0 for rate in rows.values())
+    sizes = results["loader"]["bytes_per_image"]
+    assert sizes["memmap"] == sizes["memmap-items"] >= 6 * 32 * 2 + 6 * 16  # float16 features and float32 boxes
+    assert sizes["anchor"] == sizes["m2-hdf5"] >= 6 * 32 * 4 + 6 * 16  # float32 features and boxes
+    assert results["loader"]["batch_share_ms"] > 0
+    disk = results["loader"]["disk"]
+    assert set(disk) == {"sequential_mb_s", "random_qd1_mb_s", "random_qd1_images_s", "random_qd32_mb_s",
+                         "random_qd32_images_s"} and all(value > 0 for value in disk.values())
     a100 = results["loader"]["a100"]
     assert a100["m2_xe_step_gflops"] > 0 and set(a100["pairs_per_s_at_peak"]) == {"fp32", "tf32", "bf16"}
     xe = {run["workers"]: run for run in results["memory"]["xe"]}
@@ -50,7 +58,8 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
 def test_startup_and_eval_sections(tmp_path: Path) -> None:
     results = bench_scale(tmp_path, "--sections", "startup,eval", "--preset", "m2-demo", "--beams", "1")
     startup = results["startup"]
-    assert startup["first_step_s_no_cache"] > 0 and startup["first_step_s_cached"] > 0
+    (row,) = startup["rows"]
+    assert row["preset"] == "m2-demo" and row["first_step_s_no_cache"] > 0 and row["first_step_s_cached"] > 0
     assert {"load_caption_data", "fingerprint", "cider_df_build", "cider_df_cached"} <= set(startup["phases"])
     (row,) = results["eval"]["rows"]
     assert row["beam"] == 1 and row["images"] == 2 and 0 < row["metrics_share"] < 1

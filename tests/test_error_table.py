@@ -272,6 +272,7 @@ def other_data(ws: Workspace) -> Path:
 def synth_set(ws: Workspace, name: str, planted: str) -> Path:
     """A tiny synthetic set with the user's file ``planted`` inside it."""
     generate(ws.path(name), 12, feature_dim=8, val_size=2, test_size=2, extractor_epochs=1)
+    (ws.path(name) / planted).parent.mkdir(exist_ok=True)
     (ws.path(name) / planted).write_text("{}")
     return ws.path(name)
 
@@ -524,6 +525,9 @@ CASES: dict[str, Callable[[Workspace], list[str] | str]] = {
     "a user's file in a subfolder": lambda ws: ["data", "synth", "--out", str(synth_set(ws, "s", "vqa/my_labels.json")),
                                                 "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8",
                                                 "--epochs", "1", "--overwrite"],
+    "caches in the set's `cache/`": lambda ws: ["data", "synth", "--out", str(synth_set(ws, "s", "cache/notes.txt")),
+                                                 "--images", "12", "--val", "2", "--test", "2", "--feature-dim", "8",
+                                                 "--epochs", "1", "--overwrite"],
     "`--per-image` onto an existing file": lambda ws: ["score", "--results", written(ws, "R.json", "[]"),
                                                       "--annotations", written(ws, "A.json", "{}"), "--per-image",
                                                       str(ws.path("A.json"))],

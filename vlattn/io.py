@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import hashlib
 import json
@@ -430,3 +431,10 @@ def state_sha256(state: Mapping[str, Any]) -> str:
         digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
+
+
+def content_hash(content: Any) -> str:
+    """SHA-256 of ``content`` as canonical JSON (dataclasses and paths by their text): what a data set holds,
+    independent of where it lies and how its files are formatted."""
+    text = json.dumps(content, sort_keys=True, default=lambda o: dataclasses.astuple(o) if dataclasses.is_dataclass(o) else str(o))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -76,3 +76,26 @@ def test_load_rejects_other_files(tmp_path: Path) -> None:
     assert "v.json" in str(err.value)
     with pytest.raises(DataError, match="unique"):
         Vocabulary(["a", "a"])
+
+
+def test_build_and_encode_flat_match_a_word_by_word_reference() -> None:
+    """The vocabulary and the flat encoding of many captions equal a plain word-by-word count and lookup (ordering by
+    count then word, unknown words -> UNK, empty captions kept as empty runs)."""
+    import random
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)] + ["<unk>"]  # a special token in the text is not a word of the table
+    captions = [[rng.choice(words) for _ in range(rng.randint(0, 9))] for _ in range(300)]
+    captions += [["rare"] * 4, ["edge"] * 5, ["once", "edge"][:1]]  # 4 and 1 below the threshold, 5 at it
+    counts: dict[str, int] = {}
+    for caption in captions:
+        for word in caption:
+            counts[word] = counts.get(word, 0) + 1
+    kept = sorted((w for w, c in counts.items() if c >= 5 and w != "<unk>"), key=lambda w: (-counts[w], w))
+    vocab = Vocabulary.build(iter(captions), min_count=5)  # a one-pass iterator, as build_vocabulary hands it
+    assert vocab.itos == ["<pad>", "<bos>", "<eos>", "<unk>", *kept]
+    assert "edge" in kept and "rare" not in kept and "once" not in kept
+    ids, offsets = vocab.encode_flat(captions)
+    assert ids.dtype.name == "int32" and offsets.dtype.name == "int64"
+    expected = [[kept.index(w) + 4 if w in kept else Vocabulary.UNK for w in caption] for caption in captions]
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected

@@ -320,3 +320,51 @@ def test_a_failed_write_inside_the_temporary_directory_names_the_final_place(
     with pytest.raises(WriteError, match=r"^elsewhere\.json: cannot write: read-only$"):
         with atomic_dir(out, kind="memmap"):
             raise WriteError("elsewhere.json", "read-only")
+
+
+def write_caches(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What training writes into a data root: the parsed Karpathy file and SCST's document frequencies."""
+    from vlattn.data import karpathy_cache
+    from vlattn.metrics import CiderDocumentFrequency
+
+    monkeypatch.setattr(karpathy_cache, "MIN_BYTES", 0)  # cache this small split file too
+    karpathy_cache.read_split_file(out / "dataset.json", karpathy_cache.cache_file(out, "dataset.json"))
+    CiderDocumentFrequency.cached(out / "cache" / "cider_df_image.npz", [["a red cube"], ["a blue ball"]])
+    assert len(list((out / "cache").iterdir())) == 2
+
+
+def test_synth_overwrite_replaces_a_set_with_the_caches_vlattn_wrote_into_it(
+    tmp_path: Path, vlattn_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = generate(tmp_path / "s", **TINY)
+    write_caches(out, monkeypatch)
+    before = (out / "scenes.json").read_bytes()
+    code, _, err = vlattn_cli("data", "synth", "--out", str(out), *SYNTH, "--seed", "3", "--overwrite")
+    assert code == 0, err
+    assert (out / "scenes.json").read_bytes() != before and not (out / "cache").exists()
+
+
+@pytest.mark.parametrize("planted", ["a user's file", "a damaged cache", "a link to a cache", "a linked folder"])
+def test_synth_overwrite_refuses_a_cache_folder_holding_what_vlattn_cannot_prove_it_wrote(
+    planted: str, tmp_path: Path, vlattn_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = generate(tmp_path / "s", **TINY)
+    write_caches(out, monkeypatch)
+    cider = out / "cache" / "cider_df_image.npz"
+    if planted == "a user's file":
+        (out / "cache" / "notes.txt").write_text("mine")
+    elif planted == "a damaged cache":
+        cider.write_bytes(cider.read_bytes()[:100])
+    elif planted == "a link to a cache":
+        (tmp_path / "elsewhere.npz").write_bytes(cider.read_bytes())
+        cider.unlink()
+        cider.symlink_to(tmp_path / "elsewhere.npz")
+    else:
+        (out / "cache").rename(tmp_path / "users_cache")
+        (out / "cache").symlink_to(tmp_path / "users_cache")
+    before, outside = tree(out), tree(tmp_path / "users_cache") if planted == "a linked folder" else None
+    code, _, err = vlattn_cli("data", "synth", "--out", str(out), *SYNTH, "--overwrite")
+    assert code == 2 and "it holds files vlattn did not write: cache" in err, err
+    assert tree(out) == before
+    if outside is not None:
+        assert tree(tmp_path / "users_cache") == outside

@@ -101,3 +101,17 @@ def test_a_file_that_is_not_a_table_is_left_in_place(tmp_path: Path) -> None:
     table = CiderDocumentFrequency.cached(path, [["a b", "a d"], ["b c"]], mode="caption", tokenization="v1")
     assert table.num_documents == 3 and path.read_text() == "my notes"  # caption mode: one per caption
     assert sorted(p.name for p in tmp_path.iterdir()) == ["df.npz"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zip header only", "bad member"])
+def test_a_damaged_table_is_left_in_place_and_rebuilt_in_memory(tmp_path: Path, damage: str) -> None:
+    """A damaged ``.npz`` (a cache cut short by a full disk, a broken archive) is not vlattn's provably: the table
+    is built and used, the file kept as it is, no crash."""
+    path = tmp_path / "df.npz"
+    whole = CiderDocumentFrequency.cached(path, TRAIN, mode="caption", tokenization="v1")
+    data = path.read_bytes()
+    broken = {"truncated": data[: len(data) // 2], "zip header only": b"PK\x03\x04" + b"\0" * 40,
+              "bad member": data.replace(b"meta", b"mexa", 1)}[damage]
+    path.write_bytes(broken)
+    table = CiderDocumentFrequency.cached(path, TRAIN, mode="caption", tokenization="v1")
+    assert table.fingerprint == whole.fingerprint and path.read_bytes() == broken

@@ -10,13 +10,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.packed import PackedTexts
-from vlattn.data.regions import first_regions, normalize_boxes, pad_regions
+from vlattn.data.regions import BatchReadahead, first_regions, normalize_boxes, pad_regions
 from vlattn.data.vocab import Vocabulary
 from vlattn.errors import DataError
 
@@ -28,7 +27,7 @@ def _check_entries(entries: Sequence[ImageEntry], store: FeatureStore, feature_d
     require_ids(store, (entry.image_id for entry in entries), feature_dim)
 
 
-class CaptionTrainSet(Dataset):
+class CaptionTrainSet(BatchReadahead):
     """One item per (image, caption) pair: ``{"image_id", "regions", "tokens"}`` with ``tokens`` the
     caption's word indices (no BOS/EOS) truncated to ``max_len``.
 
@@ -60,6 +59,9 @@ class CaptionTrainSet(Dataset):
         """The number of words of each item's ``tokens`` (what a batch is padded to), in item order."""
         return np.minimum(np.diff(self.offsets), self.max_len).tolist()
 
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        return self.image_ids[self.caption_image[indices]].tolist()
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         image_id = int(self.image_ids[self.caption_image[index]])
         start = int(self.offsets[index])
@@ -71,7 +73,7 @@ class CaptionTrainSet(Dataset):
         }
 
 
-class CaptionEvalSet(Dataset):
+class CaptionEvalSet(BatchReadahead):
     """One item per image: ``{"image_id", "regions", "references"}`` (the raw reference strings).
 
     ``entries`` are kept for callers; items are read from arrays (:class:`~vlattn.data.packed.PackedTexts`), as
@@ -88,6 +90,9 @@ class CaptionEvalSet(Dataset):
 
     def __len__(self) -> int:
         return len(self.image_ids)
+
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        return self.image_ids[indices].tolist()
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         image_id = int(self.image_ids[index])

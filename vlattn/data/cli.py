@@ -39,14 +39,16 @@ def convert(
                                                "(cocotalk.json, captions_*.json) for self-critical stores."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing destination."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Processes parsing a TSV (default: the usable "
+                                       "CPUs, at most 8)."),
 ) -> None:
     """Convert region features from any readable layout to the M2 HDF5, npz-per-image or memmap layout.
 
-    A TSV is read in one sequential pass (progress in bytes). Example:
+    A TSV is read in one sequential pass (progress in bytes), parsed in --jobs processes. Example:
     vlattn data convert --from trainval_36/trainval_resnet101_faster_rcnn_genome_36.tsv --to feats --format memmap
     """
     store = open_store(source, dim=dim, orientation=orientation, box_units=box_units, image_sizes=image_sizes)
-    count = convert_store(store, dest, format.value, overwrite=overwrite, progress=progress)
+    count = convert_store(store, dest, format.value, overwrite=overwrite, progress=progress, jobs=jobs)
     typer.echo(f"wrote {count} images ({store.dim}-d features) to {dest} as {format.value}")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from vlattn.data.jsonfiles import field, read_json, write_json
+from vlattn.io import content_hash
 from vlattn.text import tokenize
 from vlattn.errors import DataError
 
@@ -35,6 +36,12 @@ class ImageEntry:
     captions: list[list[str]]
     raw: list[str]
     filepath: str = ""
+
+
+def captions_fingerprint(entries: Sequence[ImageEntry]) -> str:
+    """:func:`~vlattn.io.content_hash` of every image's id, split and tokenised captions, split by split (train, val,
+    test) in file order: what a captioning run records to recognise its data set when resumed."""
+    return content_hash([(e.image_id, e.split, e.captions) for split in SPLITS for e in entries if e.split == split])
 
 
 def check_caption(tokens: list[str], *, path: object = None, item: object = None, max_len: int | None = None) -> None:

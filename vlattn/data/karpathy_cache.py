@@ -9,28 +9,64 @@ directory (e.g. a synthetic set, which ``vlattn data synth --overwrite`` replace
 vlattn generated) stays as it was.
 
 The cache records the SHA-256 of the split file's bytes: a file that changed in any way is parsed again and the
-cache rewritten. The cache file is written atomically, where no file is or over a cache vlattn wrote (recognised by
-its format tag when read), never through a symbolic link; anything else at its path is left as it is and the split
-file parsed each time. A cache that cannot be written (a read-only data directory) only costs the parse.
+cache rewritten. It also keeps the captions' fingerprint (:func:`~vlattn.data.karpathy.captions_fingerprint`, the
+hash a run records of its data set), computed once when the cache is written instead of at every start. The cache
+file is written atomically, where no file is or over a cache vlattn wrote (recognised by its format tag when read,
+of any version), never through a symbolic link; anything else at its path (a damaged cache too) is left as it is
+and the split file parsed each time. A cache that cannot be written (a read-only data directory) only costs the
+parse.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
-from vlattn.data.karpathy import SPLITS, ImageEntry, load_karpathy
+from vlattn.data.karpathy import SPLITS, ImageEntry, captions_fingerprint, load_karpathy
 from vlattn.data.packed import flat_offsets
 from vlattn.errors import DataError, VlattnError
 from vlattn.io import atomic_path
 
-FORMAT, VERSION = "vlattn-karpathy-cache", 1
+FORMAT, VERSION = "vlattn-karpathy-cache", 2
 MIN_BYTES = 8 << 20  # about 10k COCO images; below it the parse takes about a second at most
-_READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError, json.JSONDecodeError)
+_READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, UnicodeDecodeError,
+                json.JSONDecodeError, zipfile.BadZipFile)
+
+
+@dataclass
+class ParsedSplitFile:
+    """The entries of a split file and their :func:`~vlattn.data.karpathy.captions_fingerprint` (``known``: the one
+    read from a cache, else computed on the first call of :meth:`fingerprint`)."""
+
+    entries: list[ImageEntry]
+    known: str | None = None
+
+    def fingerprint(self) -> str:
+        if self.known is None:
+            self.known = captions_fingerprint(self.entries)
+        return self.known
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a few million lists and strings are built: its passes, triggered by
+    the allocations, would walk all of them again and again; none of them form cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def file_sha256(path: Path) -> str:
@@ -53,14 +89,16 @@ def _unpacked(data: np.ndarray, offsets: np.ndarray) -> list[str]:
     return [buffer[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def save_entries(path: Path, entries: list[ImageEntry], source_sha256: str) -> None:
-    """Write ``entries`` (parsed from a split file of hash ``source_sha256``) to ``path`` atomically, replacing only a
-    cache vlattn wrote (:func:`read_entries` must accept it at the moment of replacement)."""
+def save_entries(path: Path, parsed: ParsedSplitFile, source_sha256: str) -> None:
+    """Write ``parsed`` (from a split file of hash ``source_sha256``) to ``path`` atomically, replacing only a cache
+    vlattn wrote (:func:`written_by_vlattn` must hold at the moment of replacement)."""
+    entries = parsed.entries
     sentences = [caption for entry in entries for caption in entry.captions]
     words = sorted({token for caption in sentences for token in caption})
     index = {word: i for i, word in enumerate(words)}
     arrays = {
-        "meta": np.array(json.dumps({"format": FORMAT, "version": VERSION, "source_sha256": source_sha256})),
+        "meta": np.array(json.dumps({"format": FORMAT, "version": VERSION, "source_sha256": source_sha256,
+                                     "captions_fingerprint": parsed.fingerprint()})),
         "image_ids": np.array([entry.image_id for entry in entries], dtype=np.int64),
         "splits": np.array([SPLITS.index(entry.split) for entry in entries], dtype=np.uint8),
         "captions_per_image": np.array([len(entry.captions) for entry in entries], dtype=np.int64),
@@ -75,23 +113,40 @@ def save_entries(path: Path, entries: list[ImageEntry], source_sha256: str) -> N
         arrays[name], arrays[f"{name}_offsets"] = _packed(texts)
 
     def replaceable(existing: Path) -> None:
-        if existing.is_symlink() or read_entries(existing) is None:
+        if not written_by_vlattn(existing):
             raise DataError("not a cache vlattn wrote; left as it is", path=existing)
 
     with atomic_path(path, replace=replaceable) as tmp, open(tmp, "wb") as handle:
         np.savez(handle, **arrays)
 
 
-def read_entries(path: Path) -> tuple[str, list[ImageEntry]] | None:
-    """``(source SHA-256, entries)`` of a cache written by :func:`save_entries`, or None when ``path`` is not one
-    (missing, a symbolic link, another file, damaged)."""
+def _meta(data: np.lib.npyio.NpzFile) -> dict:
+    meta = json.loads(str(data["meta"]))
+    return meta if isinstance(meta, dict) else {}
+
+
+def written_by_vlattn(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a symbolic link) holding this cache's format tag, of any version."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return _meta(data).get("format") == FORMAT
+    except _READ_ERRORS:
+        return False
+
+
+def read_entries(path: Path) -> tuple[str, ParsedSplitFile] | None:
+    """``(source SHA-256, parsed split file)`` of a cache written by :func:`save_entries`, or None when ``path`` is
+    not one of this version (missing, a symbolic link, another file, damaged)."""
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
+        with np.load(path, allow_pickle=False) as data, _gc_paused():
+            meta = _meta(data)
             if meta.get("format") != FORMAT or meta.get("version") != VERSION:
                 return None
+            fingerprint = str(meta["captions_fingerprint"])
             words = np.array(data["words"].tolist(), dtype=object)
             flat = words[data["tokens"]].tolist()  # every caption's words, one list
             bounds = data["token_offsets"].tolist()
@@ -101,36 +156,47 @@ def read_entries(path: Path) -> tuple[str, list[ImageEntry]] | None:
             folders = _unpacked(data["filepaths"], data["filepaths_offsets"])
             per_image = flat_offsets(data["captions_per_image"]).tolist()
             ids, splits = data["image_ids"].tolist(), data["splits"].tolist()
+            if len(captions) != len(raw) or per_image[-1] != len(captions) or not len(ids) == len(splits) == len(names):
+                return None
+            entries = [ImageEntry(image_id, SPLITS[split], name, captions[a:b], raw[a:b], folder)
+                       for image_id, split, name, folder, a, b in
+                       zip(ids, splits, names, folders, per_image[:-1], per_image[1:])]
     except _READ_ERRORS:
         return None
-    if len(captions) != len(raw) or per_image[-1] != len(captions) or not len(ids) == len(splits) == len(names):
-        return None
-    entries = [ImageEntry(image_id, SPLITS[split], name, captions[a:b], raw[a:b], folder)
-               for image_id, split, name, folder, a, b in zip(ids, splits, names, folders, per_image[:-1], per_image[1:])]
-    return str(meta["source_sha256"]), entries
+    return str(meta["source_sha256"]), ParsedSplitFile(entries, fingerprint)
 
 
 def load_karpathy_cached(path: str | Path, cache: str | Path) -> list[ImageEntry]:
     """:func:`~vlattn.data.karpathy.load_karpathy` of ``path``, read from the cache file ``cache`` when it was made
     from the same bytes; else parsed and the cache (re)written where vlattn may (see the module docstring)."""
+    return read_split_file(path, cache).entries
+
+
+def read_split_file(path: str | Path, cache: str | Path) -> ParsedSplitFile:
+    """The entries of the split file ``path`` and their fingerprint, from the cache ``cache`` when it was made from
+    the same bytes; else parsed and the cache (re)written where vlattn may (see the module docstring)."""
     path, cache = Path(path), Path(cache)
     try:
         if path.stat().st_size < MIN_BYTES:
-            return load_karpathy(path)
+            return _parsed(path)
         digest = file_sha256(path)
     except OSError:
-        return load_karpathy(path)  # its own one-line error for a missing or unreadable file
+        return _parsed(path)  # its own one-line error for a missing or unreadable file
     found = read_entries(cache)
     if found is not None and found[0] == digest:
         return found[1]
-    entries = load_karpathy(path)
-    if found is not None or not os.path.lexists(cache):
+    parsed = _parsed(path)
+    if found is not None or not os.path.lexists(cache) or written_by_vlattn(cache):
         try:
             if file_sha256(path) == digest:  # the bytes parsed are the bytes hashed (not changed meanwhile)
-                save_entries(cache, entries, digest)
+                save_entries(cache, parsed, digest)
         except (OSError, VlattnError):
             pass  # a cache that cannot be written (read-only directory, a file that appeared) costs a parse
-    return entries
+    return parsed
+
+
+def _parsed(path: Path) -> ParsedSplitFile:
+    return ParsedSplitFile(load_karpathy(path))
 
 
 def cache_file(root: str | Path, karpathy: str) -> Path:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.data.features.readahead import prefetch
 from vlattn.errors import DataError
 
 
@@ -60,6 +64,47 @@ def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> Regio
     if regions.num_regions <= max_regions:
         return regions
     return RegionFeatures(regions.features[:max_regions], regions.boxes[:max_regions], regions.width, regions.height)
+
+
+class BatchReadahead(Dataset):
+    """Base of map-style datasets whose items read regions from ``self.store``: a DataLoader fetching a batch
+    calls ``__getitems__``, which hints the read-ahead of all the batch's images (:mod:`.features.readahead`) and
+    then returns the items ``self[i]`` in the order of ``indices``. Subclasses say which image each item reads."""
+
+    store: FeatureStore
+
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        """The image id each item of ``indices`` reads."""
+        raise NotImplementedError
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        prefetch(self.store, self.image_ids_at(indices))
+        return [self[index] for index in indices]
+
+
+class ReadaheadBatches:
+    """The batches of ``batches`` (a batch sampler: lists of item indices of ``dataset``), the same in the same
+    order, each handed out once the read-ahead of the batch ``ahead`` places later has been hinted
+    (:meth:`BatchReadahead.__getitems__` hints each batch again as it is read): with a cold page cache the disk reads
+    the next batch while this one is decoded, collated and stepped on. Pass it as a DataLoader's ``batch_sampler``;
+    with workers the main process hints, and the page cache it fills is the workers' too."""
+
+    def __init__(self, batches: Sequence[list[int]], dataset: BatchReadahead, ahead: int = 1) -> None:
+        if ahead < 1:
+            raise ValueError(f"ahead must be >= 1, got {ahead}")
+        self.batches, self.dataset, self.ahead = batches, dataset, ahead
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        pending: deque[list[int]] = deque()
+        for batch in self.batches:
+            prefetch(self.dataset.store, self.dataset.image_ids_at(batch))
+            pending.append(batch)
+            if len(pending) > self.ahead:
+                yield pending.popleft()
+        yield from pending
 
 
 class RegionSampler:

@@ -7,6 +7,7 @@ count (descending) and then alphabetically, so a vocabulary is a deterministic f
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -36,7 +37,7 @@ class Vocabulary:
     @classmethod
     def build(cls, captions: Iterable[Sequence[str]], min_count: int = 5) -> "Vocabulary":
         """Keep words occurring at least ``min_count`` times in the tokenised ``captions``."""
-        counts = Counter(word for caption in captions for word in caption)
+        counts = Counter(chain.from_iterable(captions))  # counted in C, not a Python step per word
         kept = [word for word, count in counts.items() if count >= min_count and word not in SPECIALS]
         kept.sort(key=lambda word: (-counts[word], word))
         return cls(kept)
@@ -56,9 +57,8 @@ class Vocabulary:
         """:meth:`encode` of every caption, concatenated: word indices (W,) int32 and offsets (C + 1,) int64 (caption
         i is ``ids[offsets[i]:offsets[i + 1]]``)."""
         offsets = flat_offsets([len(caption) for caption in captions])
-        stoi, unk = self.stoi, self.UNK
-        ids = np.fromiter((stoi.get(token, unk) for caption in captions for token in caption), dtype=np.int32,
-                          count=int(offsets[-1]))
+        tokens = chain.from_iterable(captions)  # looked up by map in C: COCO's 6M words in a fraction of a second
+        ids = np.fromiter(map(self.stoi.get, tokens, repeat(self.UNK)), dtype=np.int32, count=int(offsets[-1]))
         return ids, offsets
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -114,9 +114,8 @@ def build_vocabulary(
 ) -> Vocabulary:
     """Vocabulary from the captions of ``entries`` in ``splits`` (``restval`` counts as ``train``)."""
     wanted = {normalize_split(split) for split in splits}
-    return Vocabulary.build(
-        (caption for entry in entries if entry.split in wanted for caption in entry.captions), min_count=min_count
-    )
+    return Vocabulary.build(chain.from_iterable(entry.captions for entry in entries if entry.split in wanted),
+                            min_count=min_count)
 
 
 def read_word_list(path: str | Path) -> list[str]:

@@ -24,12 +24,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.checks import require_ids
-from vlattn.data.regions import first_regions
+from vlattn.data.regions import BatchReadahead, first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.packed import PackedTexts, flat_offsets
 from vlattn.data.vocab import Vocabulary
@@ -210,7 +209,7 @@ def load_split(name: str, question_files: Sequence[Path], annotation_files: Sequ
     return VQASplit(name, questions, annotations, sources)
 
 
-class VQADataset(Dataset):
+class VQADataset(BatchReadahead):
     """Questions joined with their annotations (optional, e.g. for test) and image regions.
 
     Item: ``{"question_id", "image_id", "regions", "question"}`` (word indices of
@@ -285,6 +284,9 @@ class VQADataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.question_ids)
+
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        return self.image_ids[indices].tolist()
 
     def regions(self, image_id: int) -> RegionFeatures:
         """The first ``max_regions`` regions of ``image_id`` (zeros with ``zero_image``)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -105,7 +106,7 @@ class CiderDocumentFrequency:
             try:
                 table = cls.load(path)
                 ours = True  # a table vlattn wrote: used, or replaced when stale
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):  # damaged or foreign
                 table = None
             if table is not None and table.fingerprint == fingerprint:
                 return table

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ from vlattn.config import MAX_BATCH, MAX_LENGTH, MAX_VOCAB, Config, ModelConfig
 from vlattn.data.features import FeatureStore
 from vlattn.data.vocab import SPECIALS
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import MARKER, new_id, read_marker, write_marker, writing
+from vlattn.io import MARKER, content_hash, new_id, read_marker, write_marker, writing
 from vlattn.models.footprint import GIB, available_memory
 from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
@@ -165,13 +163,6 @@ def check_feature_dim(cfg: ModelConfig, store_dim: int | None) -> None:
             f"model.feature_dim={cfg.feature_dim} but the feature store holds {store_dim}-d regions; "
             f"set --set model.feature_dim={store_dim}"
         )
-
-
-def content_hash(content: Any) -> str:
-    """SHA-256 of ``content`` as canonical JSON (dataclasses and paths by their text): what a data set holds,
-    independent of where it lies and how its files are formatted."""
-    text = json.dumps(content, sort_keys=True, default=lambda o: dataclasses.astuple(o) if dataclasses.is_dataclass(o) else str(o))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def store_fingerprint(store: FeatureStore) -> str:

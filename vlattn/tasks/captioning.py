@@ -43,9 +43,9 @@ from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
-from vlattn.data.karpathy import ImageEntry, require_split
+from vlattn.data.karpathy import ImageEntry, captions_fingerprint, require_split
 from vlattn.data.karpathy_cache import cache_file as karpathy_cache_file
-from vlattn.data.karpathy_cache import load_karpathy_cached
+from vlattn.data.karpathy_cache import read_split_file
 from vlattn.data.regions import RegionSampler
 from vlattn.data.resources import PrepareResources
 from vlattn.data.vocab import Vocabulary, build_vocabulary
@@ -72,7 +72,6 @@ from vlattn.tasks.base import (
     ProfileShapes,
     check_feature_dim,
     claim_output_dir,
-    content_hash,
     output_dir,
     store_fingerprint,
 )
@@ -104,6 +103,7 @@ class CaptionData:
     entries: dict[str, list[ImageEntry]]
     vocab: Vocabulary
     store: FeatureStore
+    captions_hash: Callable[[], str] | None = dataclasses.field(default=None, repr=False, compare=False)
     _train: CaptionTrainSet | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -123,8 +123,11 @@ class CaptionData:
     def fingerprint(self) -> dict[str, str]:
         """Hashes of what the data set holds (every split's captions; the feature store's ids and dimension): a
         resumed run must find the same ones."""
-        entries = [(e.image_id, e.split, e.captions) for split in SPLITS for e in self.entries.get(split, [])]
-        return {"captions": content_hash(entries), "features": store_fingerprint(self.store)}
+        if self.captions_hash is not None:  # the split file's, known from its cache
+            captions = self.captions_hash()
+        else:
+            captions = captions_fingerprint([e for split in SPLITS for e in self.entries.get(split, [])])
+        return {"captions": captions, "features": store_fingerprint(self.store)}
 
     def train_set(self) -> CaptionTrainSet:
         """One item per training (image, caption) pair (built on the first call: the objective reads its lengths, the
@@ -156,11 +159,12 @@ def load_caption_data(cfg: DataConfig, vocab: Vocabulary | None = None) -> Capti
     """Read the Karpathy file and feature store under ``cfg.root``; build the vocabulary unless given."""
     root = Path(cfg.root)
     finish_interrupted_swap(root)  # a `vlattn data synth --overwrite` killed between its renames
-    entries = load_karpathy_cached(root / cfg.karpathy, karpathy_cache_file(root, cfg.karpathy))
-    by_split = {split: [e for e in entries if e.split == split] for split in SPLITS}
+    parsed = read_split_file(root / cfg.karpathy, karpathy_cache_file(root, cfg.karpathy))
+    by_split = {split: [e for e in parsed.entries if e.split == split] for split in SPLITS}
     if vocab is None:
-        vocab = build_vocabulary(entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)
-    return CaptionData(cfg, by_split, vocab, CachedStore(open_store(root / cfg.features), cfg.region_cache_mb << 20))
+        vocab = build_vocabulary(parsed.entries, splits=tuple(cfg.vocab_splits), min_count=cfg.vocab_min_count)
+    store = CachedStore(open_store(root / cfg.features), cfg.region_cache_mb << 20)
+    return CaptionData(cfg, by_split, vocab, store, parsed.fingerprint)
 
 
 def stage_data(cfg: Config, source: Checkpoint | None) -> CaptionData:

@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
+from vlattn.data.regions import BatchReadahead, ReadaheadBatches
 from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
@@ -274,9 +275,10 @@ class Trainer:
             order_batch_size=self.state.order_batch_size,
         )
         worker_seed = torch.Generator().manual_seed(self.options.seed + epoch)
+        batches = ReadaheadBatches(sampler, self.dataset) if isinstance(self.dataset, BatchReadahead) else sampler
         loader = DataLoader(
             self.dataset,
-            batch_sampler=sampler,
+            batch_sampler=batches,
             collate_fn=self.collate,
             num_workers=self.options.num_workers,
             generator=worker_seed,

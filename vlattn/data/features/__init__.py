@@ -19,11 +19,12 @@ from tqdm import tqdm
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.hdf5 import M2HDF5Store, check_m2_destination, write_m2_hdf5
-from vlattn.data.features.memmap import META, MemmapStore, write_memmap
+from vlattn.data.features.memmap import META, MemmapStore, encode_regions, write_memmap
 from vlattn.data.features.npz import NpzDirStore, write_npz_dir
 from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self_critical_parts
 from vlattn.data.features.storage import check_store_destination
 from vlattn.data.features.tsv import TSVStore, looks_like_tsv, shard_files
+from vlattn.data.features.tsv_blocks import usable_cores
 from vlattn.errors import DataError
 from vlattn.io import finish_interrupted_swap
 
@@ -54,6 +55,8 @@ FORMATS: dict[str, Writer] = {"m2-hdf5": write_m2_hdf5, "npz-dir": write_npz_dir
 _DESTINATION_CHECKS: dict[str, Callable[[str | Path, bool], Path]] = {
     "m2-hdf5": check_m2_destination, "npz-dir": check_store_destination, "memmap": check_store_destination,
 }
+
+MAX_JOBS = 8  # TSV parsing processes by default: beyond a few, the disk and the writer are the limit
 
 
 def _has_npz(path: Path) -> bool:
@@ -158,13 +161,15 @@ def convert_store(
     dim: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    jobs: int | None = None,
 ) -> int:
     """Copy every image of ``src`` (a store or a path for :func:`open_store`) into a new ``format`` store.
 
     Streams one image at a time (a TSV in one sequential pass, without an index); the destination
     appears only when complete; ``progress`` shows a bar on stderr. The destination must not be the source,
     nor contain it or lie inside it; with ``overwrite`` it replaces only a store vlattn wrote (see
-    :mod:`vlattn.data.features.storage`). Returns the image count.
+    :mod:`vlattn.data.features.storage`). A TSV is parsed in ``jobs`` processes (default: the usable cores, at most
+    :data:`MAX_JOBS`; :mod:`.tsv_blocks`). Returns the image count.
     """
     if format not in FORMATS:
         raise DataError(f"unknown feature format {format!r}; valid formats: {', '.join(FORMATS)}", path=dst)
@@ -175,7 +180,9 @@ def convert_store(
     total = store.total_bytes() if by_bytes else len(store)
     with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
               unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
-        items = store.stream(bar.update) if by_bytes else _counted(iter_regions(store), bar)
+        jobs = jobs if jobs is not None else min(usable_cores(), MAX_JOBS)
+        prepare = encode_regions if format == "memmap" else None  # float16 made by the parsing processes
+        items = store.stream(bar.update, jobs=jobs, prepare=prepare) if by_bytes else _counted(iter_regions(store), bar)
         return FORMATS[format](dst, items, overwrite=overwrite)
 
 

@@ -17,10 +17,11 @@ every DataLoader worker (each holds its own copy).
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.labels import RegionLabels, region_labels
+from vlattn.data.features.readahead import prefetch
 
 
 class CachedStore:
@@ -69,6 +70,10 @@ class CachedStore:
             self._regions[image_id] = regions
             self.cached_bytes += size
         return regions
+
+    def prefetch(self, image_ids: Iterable[int]) -> None:
+        """Hint the underlying store's read-ahead (:mod:`.readahead`) for the images not held in memory."""
+        prefetch(self.store, [image_id for image_id in image_ids if image_id not in self._regions])
 
     def labels(self, image_id: int) -> RegionLabels | None:
         """The region labels of the underlying store (:func:`~.labels.region_labels`), read through."""

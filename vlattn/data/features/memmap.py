@@ -18,8 +18,9 @@ Files (R regions in total over M images, feature dimension D)::
 The raw files are opened lazily in each process, so a store object pickles cheaply to DataLoader workers, and an
 image's rows are read with one positioned read per file (``os.preadv`` into the output array), not through a
 memory map: with a cold page cache a read through a map is a page fault per 128 KiB of read-around, each a
-synchronous I/O, while one positioned read is one request (about 3.4 times the images/s on this project's disk;
-benchmarks/RESULTS.md "Scale: loader throughput"). The writer streams images (one in memory at a time) into a
+synchronous I/O, while one positioned read is one request. :meth:`MemmapStore.prefetch` hints the byte ranges of a
+whole batch to the kernel first (:mod:`.readahead`), so a batch's requests reach the disk together rather than one
+at a time (benchmarks/RESULTS.md "Scale: loader throughput"). The writer streams images (one in memory at a time) into a
 temporary directory that is renamed into place only when complete; ``meta.json`` is written last.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
@@ -36,6 +38,7 @@ from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.blobs import READ_ERRORS
 from vlattn.data.features.checks import make_regions
 from vlattn.data.features.labels import RegionLabels
+from vlattn.data.features.readahead import will_need
 from vlattn.data.features.record import MEMMAP_KEY, Record
 from vlattn.data.features.storage import IndexedStore, ProcessLocal, atomic_dir
 from vlattn.errors import DataError
@@ -128,6 +131,14 @@ class MemmapStore(IndexedStore):
             dim=self._dim,
         )
 
+    def prefetch(self, image_ids: Iterable[int]) -> None:
+        """Start reading the features and boxes of ``image_ids`` into the page cache (:mod:`.readahead`); ids not
+        in the store are left for :meth:`get` to report."""
+        rows = [row for row in map(self._rows.get, image_ids) if row is not None]
+        for file, (_, dtype), width in zip(self._files.get(), (_FEATURES, _BOXES), (self._dim, 4)):
+            row_bytes = width * dtype.itemsize
+            will_need(file.fileno(), ((int(self._offsets[row]) * row_bytes,
+                                       int(self._offsets[row + 1] - self._offsets[row]) * row_bytes) for row in rows))
 
     def detections(self, image_id: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The detector classes (N,) int64 and scores (N,) float32 of ``image_id``'s regions, or None when the
@@ -160,6 +171,42 @@ class MemmapStore(IndexedStore):
         return RegionLabels(*found, np.array(self._attributes[0][start:stop]), np.array(self._attributes[1][start:stop]))
 
 
+@dataclass
+class EncodedRegions:
+    """One image's regions as a memmap store holds them: ``features`` (N, D) float16 (values beyond its range
+    infinite: the writer refuses them), ``boxes`` (N, 4) float32, the image size and the detector's labels of
+    :class:`~.base.RegionFeatures`, if any. Made by :func:`encode_regions` where the regions are read (e.g. in the
+    processes parsing a TSV) so that the writing process only checks and writes."""
+
+    features: np.ndarray
+    boxes: np.ndarray
+    width: int
+    height: int
+    classes: np.ndarray | None = None
+    scores: np.ndarray | None = None
+    attributes: np.ndarray | None = None
+    attribute_scores: np.ndarray | None = None
+
+    @property
+    def num_regions(self) -> int:
+        return int(self.features.shape[0])
+
+
+def encode_regions(regions: RegionFeatures) -> EncodedRegions:
+    """``regions`` in the store's dtypes (no check: :func:`write_memmap` checks the result)."""
+    with np.errstate(over="ignore"):
+        half = regions.features.astype(_FEATURES[1])
+    return EncodedRegions(half, regions.boxes.astype(_BOXES[1]), regions.width, regions.height, regions.classes,
+                          regions.scores, regions.attributes, regions.attribute_scores)
+
+
+def finite_half(half: np.ndarray) -> bool:
+    """Whether no float16 value of ``half`` is NaN or infinite (exponent bits all set), tested on the bits: numpy's
+    float16 ``isfinite`` takes about half as long as the float32 -> float16 conversion itself."""
+    exponent = half.view(np.uint16) & np.uint16(0x7C00)
+    return not bool((exponent == 0x7C00).any())
+
+
 def _read_meta(root: Path) -> dict[str, object]:
     """``meta.json`` of a memmap store, checked for format and version."""
     file = root / META
@@ -190,7 +237,7 @@ class _MemmapWriter:
         self.detections: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # classes, scores per image
         self.attributes: tuple[list[np.ndarray], list[np.ndarray]] | None = None  # attributes, their scores
 
-    def add(self, image_id: int, regions: RegionFeatures) -> None:
+    def add(self, image_id: int, regions: RegionFeatures | EncodedRegions) -> None:
         """Append one image; checks id uniqueness, dimension and the float16 range."""
         if image_id in self.seen:
             raise DataError("duplicate image id in the input", path=self.dest, item=image_id)
@@ -201,20 +248,19 @@ class _MemmapWriter:
                 path=self.dest,
                 item=image_id,
             )
-        with np.errstate(over="ignore"):
-            half = regions.features.astype(_FEATURES[1])
-        if not np.isfinite(half).all():
+        encoded = regions if isinstance(regions, EncodedRegions) else encode_regions(regions)
+        if not finite_half(encoded.features):
             overflow = "features are NaN/inf or exceed the float16 range (|x| > 65504)"
             raise DataError(overflow, path=self.dest, item=image_id)
-        self._add_detections(image_id, regions)
-        self.features.write(half.tobytes())
-        self.boxes.write(regions.boxes.astype(_BOXES[1]).tobytes())
+        self._add_detections(image_id, encoded)
+        self.features.write(encoded.features.tobytes())
+        self.boxes.write(encoded.boxes.tobytes())
         self.seen.add(image_id)
         self.ids.append(int(image_id))
         self.offsets.append(self.offsets[-1] + regions.num_regions)
         self.sizes.append((regions.width, regions.height))
 
-    def _add_detections(self, image_id: int, regions: RegionFeatures) -> None:
+    def _add_detections(self, image_id: int, regions: EncodedRegions) -> None:
         """Keep the regions' classes and scores; every image of a store has them or none does."""
         has = regions.classes is not None and regions.scores is not None
         if not self.ids:
@@ -261,13 +307,14 @@ class _MemmapWriter:
 
 def write_memmap(
     path: str | Path,
-    items: Iterable[tuple[int, RegionFeatures]],
+    items: Iterable[tuple[int, RegionFeatures | EncodedRegions]],
     *,
     dim: int | None = None,
     overwrite: bool = False,
     extractor: Record | None = None,
 ) -> int:
-    """Stream ``(image_id, regions)`` pairs into a memmap store at ``path``; returns the number of images.
+    """Stream ``(image_id, regions)`` pairs (regions as read, or already :func:`encode_regions`'d) into a memmap
+    store at ``path``; returns the number of images.
 
     ``dim`` is required only when ``items`` is empty; ``extractor`` is recorded in ``meta.json``
     (:mod:`.record`). The directory appears only when complete.

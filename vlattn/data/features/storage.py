@@ -42,9 +42,12 @@ def refuse_overwrite(path: Path, reason: str, what: str) -> DataError:
                      "(remove it yourself or choose another destination)", path=path)
 
 
-def check_replaceable(path: Path, kinds: Collection[str], what: str) -> None:
+def check_replaceable(
+    path: Path, kinds: Collection[str], what: str, also_owned: Callable[[Path], Iterable[str]] | None = None
+) -> None:
     """Raise unless ``path`` is a directory vlattn wrote as one of ``kinds`` and holds nothing else (at any
-    depth)."""
+    depth) than its marker's entries and what ``also_owned(path)`` proves vlattn wrote there later (relative
+    paths, e.g. :func:`vlattn.data.cache_dir.owned_cache_entries`)."""
     if path.is_symlink():
         raise refuse_overwrite(path, "it is a symbolic link", what)
     if not path.is_dir():
@@ -54,7 +57,7 @@ def check_replaceable(path: Path, kinds: Collection[str], what: str) -> None:
         raise refuse_overwrite(path, f"it has no {MARKER} marker", what)
     if marker["kind"] not in kinds:
         raise refuse_overwrite(path, f"it is a {marker['kind']}, not {what}", what)
-    foreign = foreign_entries(path, marker["entries"])
+    foreign = foreign_entries(path, [*marker["entries"], *(also_owned(path) if also_owned is not None else ())])
     if foreign:
         raise refuse_overwrite(path, f"it holds files vlattn did not write: {', '.join(foreign[:5])}", what)
 
@@ -98,12 +101,14 @@ def atomic_dir(
     kind: str,
     replaces: Collection[str] = FEATURE_STORE_KINDS,
     what: str = "a feature store",
+    also_owned: Callable[[Path], Iterable[str]] | None = None,
 ) -> Iterator[Path]:
     """Yield a temporary directory next to ``path``; on success it becomes ``path``, marked as ``kind`` with
     everything written into it.
 
     An existing ``path`` is replaced only with ``overwrite`` and only if it is a directory vlattn wrote as one
-    of ``replaces`` holding nothing else (:func:`check_replaceable`; ``what`` names them in the error), checked
+    of ``replaces`` holding nothing else (:func:`check_replaceable`, with ``also_owned``; ``what`` names them in
+    the error), checked
     before writing and again at the moment of replacement; it is moved aside, replaced and then deleted. A
     ``path`` that appears while the body runs is kept (without ``overwrite``, or when it fails the check) and
     the new directory discarded, with an error. If the body raises, the temporary directory is removed and an
@@ -112,7 +117,7 @@ def atomic_dir(
     killed earlier writers of ``path`` (proven vlattn's by their marker) are removed.
     """
     finish_interrupted_swap(path)
-    check = (lambda p: check_replaceable(p, replaces, what)) if overwrite else None
+    check = (lambda p: check_replaceable(p, replaces, what, also_owned)) if overwrite else None
     path = check_destination(path, overwrite, check)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from vlattn.data.cache_dir import owned_cache_entries
 from vlattn.data.features.storage import atomic_dir
 from vlattn.errors import ConfigError
 
@@ -62,7 +63,8 @@ def generate(
     """Generate ``images`` synthetic images with captions, VQA, ground truth and region features.
 
     Writes into ``out`` (which appears only when complete; an existing ``out`` is replaced only with
-    ``overwrite`` and only if it is a data set generated here, holding nothing else)::
+    ``overwrite`` and only if it is a data set generated here, holding nothing else but the caches vlattn wrote into
+    its ``cache/`` directory, :func:`~vlattn.data.cache_dir.owned_cache_entries`)::
 
         dataset.json                      Karpathy split file (image ids 1..images; train, val, test)
         captions_val.json, captions_test.json   COCO caption annotations of val/test
@@ -97,7 +99,8 @@ def generate(
         clock = time.perf_counter()
 
     samplers = {split: attribute_sampler(confound, split) for split in set(splits)}
-    with atomic_dir(out, overwrite, kind=SYNTHETIC_SET, replaces=(SYNTHETIC_SET,), what="a synthetic data set") as root:
+    with atomic_dir(out, overwrite, kind=SYNTHETIC_SET, replaces=(SYNTHETIC_SET,), what="a synthetic data set",
+                    also_owned=owned_cache_entries) as root:  # the caches training wrote into it go with it
         samples = [
             make_sample(
                 image_id, split, seed=seed, image_size=image_size, attributes=samplers[split], answer_noise=answer_noise,
