@@ -49,6 +49,5 @@ def chosen(report: dict) -> str:
 def decoding_text(beam: str | int) -> str:
     """How the table's runs were decoded, for its section text."""
     if beam == "auto":
-        return ("the beam size chosen per run on validation CIDEr-D among the config's eval.beam_candidates (column "
-                "\"beam\", per seed)")
+        return "the beam chosen per run on val CIDEr-D among eval.beam_candidates (column \"beam\")"
     return "greedy decoding (fixed)" if beam == 1 else f"beam {beam} (fixed)"

@@ -225,16 +225,14 @@ def main() -> None:
     body = f"""The demo preset (vlattn/presets/demo.yaml: Transformer 2+2, d=128) with `{' '.join(COMMON + args.overrides)}` (geometry
 only through the encoder self-attention, as in the paper), its encoder self-attention mha (SAN), nsa (N-SAN), gsa
 (G-SAN) or ngsa (NG-SAN); synthetic data (`vlattn data synth` defaults: 1600/200/200 images), best-by-val
-checkpoint, test split, {decoding_text(args.beam_size)}; seeds {', '.join(map(str, args.seeds))}, mean ± sd.
-Relation probe (defined in the driver): the share of {pairs} object pairs whose most likely relation holds (chance
-{chance:.3f}).
+checkpoint, test split, {decoding_text(args.beam_size)}; seeds {', '.join(map(str, args.seeds))},
+mean ± sd. Relation probe (defined in the driver): the share of {pairs} object pairs whose most likely relation
+holds (chance {chance:.3f}).
 
 | model | seeds | beam | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
-
-{args.note}
-
+{chr(10) + args.note + chr(10) if args.note else ''}
 Commands (the driver prints every run's `vlattn` commands):
 
 ```
