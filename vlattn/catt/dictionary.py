@@ -8,7 +8,10 @@ Initialisation (``DictionaryOptions.init``):
 - ``kmeans`` (the paper, Sec. 3.2 and supplementary Sec. 9; the default): in the model's ``prepare`` hook (a fresh
   run only), k-means centres over the training region features (``sample`` regions of whole training images drawn
   in a seeded order) or over the word embeddings weighted by their counts in the training captions
-  (:mod:`vlattn.catt.kmeans`, scikit-learn);
+  (:mod:`vlattn.catt.kmeans`, scikit-learn). From :data:`CACHE_MIN_IMAGES` training images on, the image k-means
+  is cached in the data root's ``cache/`` (:mod:`vlattn.data.prepare_cache`), keyed by the store's content, the
+  images, the settings and the seeded draw: a second run of the same configuration and seed reads it instead of
+  fitting again (another seed fits its own);
 - ``random``: U(0, 0.01), what the authors' released code does (it forces its k-means flag off and draws
   ``torch.rand(...) / 100``); Table 6's "w/o Init" ablation;
 - ``file``: the entries of a dictionary file written by ``vlattn catt dictionary`` (``path``, relative to the data
@@ -29,7 +32,10 @@ without) ``prepare``; the entries are exempt from weight decay.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -40,6 +46,9 @@ from torch.nn import functional as F
 from vlattn.catt.files import read_dictionary, resolve_dictionary_path
 from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
 from vlattn.config import MAX_SAMPLE, MAX_WIDTH, bounded
+from vlattn.data.cache_dir import CACHE_DIR
+from vlattn.data.features.identity import store_identity
+from vlattn.data.prepare_cache import cached, entry_path
 from vlattn.data.resources import PrepareResources
 from vlattn.errors import ConfigError, DataError
 
@@ -47,6 +56,10 @@ Source = Literal["image", "word"]
 RANDOM_SCALE = 0.01  # U(0, 0.01): the released code's torch.rand(...) / 100
 BUFFER_BYTES = 512 * 2**20  # regions held in memory for the k-means fit; further regions refine it in a stream
 CHUNK_ROWS = 8192  # regions per streamed k-means step
+# From this many training images on, an image dictionary's k-means is cached in the data root (its ``cache/``,
+# vlattn.data.prepare_cache): at COCO size it takes minutes, below this seconds, and a small data directory (the
+# synthetic set) stays as it was generated.
+CACHE_MIN_IMAGES = 10_000
 
 
 @dataclass
@@ -76,12 +89,16 @@ class FittedEntries:
     meta: dict[str, Any]
 
 
+def _draw_seed(generator: torch.Generator) -> int:
+    """The k-means seed, the first draw of a dictionary's ``prepare``."""
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+
+
 def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources, *, sample: int,
                 threads: int = 1) -> FittedEntries:
     """k-means centres for a ``source`` dictionary of ``size`` entries of ``dim`` features from the training data
     in ``resources`` (randomness from ``resources.generator`` only). ``ConfigError`` when the data has no such
     source or another width."""
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=resources.generator))
     label = f"the {source} dictionary ({size} x {dim})"
     if source == "image":
         regions = resources.regions
@@ -90,10 +107,23 @@ def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources
         if regions.dim != dim:
             raise ConfigError(f"{label}: k-means runs over the {regions.dim}-d training regions, not {dim}-d entries; "
                               "use init: random or a dictionary file of that width")
-        chunks = regions.stream(sample, resources.generator, CHUNK_ROWS)
-        result = stream_kmeans(chunks, size, seed, buffer_rows=BUFFER_BYTES // (4 * dim), threads=threads)
-        return FittedEntries(result.centres, {"source": source, "size": size, "dim": dim, "seed": seed,
-                                              "rows": result.rows, "buffered": result.buffered})
+        buffer_rows = BUFFER_BYTES // (4 * dim)
+
+        def compute() -> tuple[np.ndarray, dict[str, Any]]:
+            seed = _draw_seed(resources.generator)
+            chunks = regions.stream(sample, resources.generator, CHUNK_ROWS)
+            result = stream_kmeans(chunks, size, seed, buffer_rows=buffer_rows, threads=threads)
+            return result.centres, {"source": source, "size": size, "dim": dim, "seed": seed, "rows": result.rows,
+                                    "buffered": result.buffered}
+
+        if resources.data_root is None or len(regions.image_ids) < CACHE_MIN_IMAGES:
+            return FittedEntries(*compute())
+        key = ["image k-means", size, dim, sample, CHUNK_ROWS, buffer_rows, threads, version("scikit-learn"),
+               store_identity(regions.store), regions.image_ids, regions.max_regions,
+               hashlib.sha256(resources.generator.get_state().numpy().tobytes()).hexdigest()]
+        path, digest = entry_path(Path(resources.data_root) / CACHE_DIR, "catt-kmeans", key)
+        return FittedEntries(*cached(path, digest, resources.generator, compute))
+    seed = _draw_seed(resources.generator)
     embeddings, counts = resources.word_embeddings, resources.word_counts
     if embeddings is None or counts is None:
         raise ConfigError(f"{label}: k-means needs the word embeddings and word counts, which this task does not offer")

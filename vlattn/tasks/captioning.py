@@ -41,6 +41,7 @@ from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.identity import store_fingerprint
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, captions_fingerprint, require_split
@@ -73,7 +74,6 @@ from vlattn.tasks.base import (
     check_feature_dim,
     claim_output_dir,
     output_dir,
-    store_fingerprint,
 )
 from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice, recorded_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
