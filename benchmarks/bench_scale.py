@@ -474,18 +474,22 @@ def train_command(args: argparse.Namespace, out: Path, *extra: str, preset: str 
             *extra]
 
 
-def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> float:
-    """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
-    saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
+def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> tuple[float, float | None]:
+    """Seconds from launching ``vlattn train`` to its first ``train`` record, and to its ``prepare`` record (None
+    for a model without data-dependent initialisation); the run is then stopped (SIGTERM: it saves
+    ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
     errors = out.with_name(f"{out.name}.log")
     errors.parent.mkdir(parents=True, exist_ok=True)
     with open(errors, "wb") as stderr:
         process = subprocess.Popen(train_command(args, out, preset=preset), stdout=subprocess.DEVNULL, stderr=stderr)
         log = out / "metrics.jsonl"
-        seconds = None
+        seconds = prepared = None
         while process.poll() is None:
-            if log.exists() and '"train"' in log.read_text():
+            text = log.read_text() if log.exists() else ""
+            if prepared is None and '"prepare"' in text:
+                prepared = time.perf_counter() - start
+            if '"train"' in text:
                 seconds = time.perf_counter() - start
                 process.send_signal(signal.SIGTERM)
                 break
@@ -493,7 +497,7 @@ def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -
         process.wait()
     if seconds is None:
         raise RuntimeError(f"vlattn train ended before its first step: {errors.read_text()[-2000:]}")
-    return seconds
+    return seconds, prepared
 
 
 def phases(args: argparse.Namespace) -> dict[str, float]:
@@ -536,7 +540,9 @@ def section_startup(args: argparse.Namespace) -> dict[str, Any]:
         for label in ("no_cache", "cached"):
             out = runs / f"startup-{preset}-{label}"
             shutil.rmtree(out, ignore_errors=True)
-            row[f"first_step_s_{label}"] = round(first_step(args, out, preset), 1)
+            seconds, prepared = first_step(args, out, preset)
+            row[f"first_step_s_{label}"] = round(seconds, 1)
+            row[f"prepare_s_{label}"] = None if prepared is None else round(prepared, 1)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     return {"rows": rows, "phases": in_child(args, "phases")}
@@ -706,11 +712,20 @@ def md_memory(results: dict[str, Any]) -> str:
 def md_startup(results: dict[str, Any]) -> str:
     startup = results["startup"]
     phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
-    lines = ["| preset | no caches in the data directory (s) | caches present (s) |", "|---|---|---|"]
-    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} |" for r in startup["rows"]]
-    return (f"`vlattn train --config PRESET` on CPU, {results['images']:,} images: seconds from launch to the first "
-            "training record (the first step included; a CATT preset's k-means dictionaries included)\n\n"
-            + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
+    lines = ["| preset | no caches in the data directory (s) | caches present (s) | of which to the `prepare` record "
+             "(s): without / with caches |", "|---|---|---|---|"]
+    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} | "
+              + (f"{r['prepare_s_no_cache']} / {r['prepare_s_cached']}" if r.get("prepare_s_no_cache") else "-")
+              + " |" for r in startup["rows"]]
+    sparse = ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros without disk "
+              "I/O; k-means therefore clusters identical points)." if results.get("sparse") else "")
+    return (f"`vlattn train --config PRESET` on CPU (the whole machine), {results['images']:,} images: seconds from "
+            "launch to the first training record (the first step included) and to the `prepare` record (a CATT "
+            "preset's k-means dictionaries: the image dictionary over 100,000 training regions, the word "
+            "dictionary). Caches in the data directory (`<data root>/cache/`): the parsed Karpathy file with its "
+            "captions' fingerprint, and a CATT image dictionary's k-means (keyed by the store, the images, the "
+            "settings and the seed); the vocabulary is counted and the training captions encoded by C-level loops, "
+            "not cached.\n\n" + "\n".join(lines) + f"\n\nPhases in one process: {phases}." + sparse)
 
 
 def md_convert(results: dict[str, Any]) -> str:
