@@ -717,15 +717,13 @@ def md_startup(results: dict[str, Any]) -> str:
     lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} | "
               + (f"{r['prepare_s_no_cache']} / {r['prepare_s_cached']}" if r.get("prepare_s_no_cache") else "-")
               + " |" for r in startup["rows"]]
-    sparse = ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros without disk "
-              "I/O; k-means therefore clusters identical points)." if results.get("sparse") else "")
     return (f"`vlattn train --config PRESET` on CPU (the whole machine), {results['images']:,} images: seconds from "
             "launch to the first training record (the first step included) and to the `prepare` record (a CATT "
             "preset's k-means dictionaries: the image dictionary over 100,000 training regions, the word "
             "dictionary). Caches in the data directory (`<data root>/cache/`): the parsed Karpathy file with its "
-            "captions' fingerprint, and a CATT image dictionary's k-means (keyed by the store, the images, the "
+            "captions' fingerprint, and a CATT preset's k-means dictionaries (keyed by what they are fitted on, the "
             "settings and the seed); the vocabulary is counted and the training captions encoded by C-level loops, "
-            "not cached.\n\n" + "\n".join(lines) + f"\n\nPhases in one process: {phases}." + sparse)
+            "not cached.\n\n" + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
 
 
 def md_convert(results: dict[str, Any]) -> str:

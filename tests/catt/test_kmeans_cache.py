@@ -124,3 +124,29 @@ def test_the_identity_of_a_store_without_a_marker_follows_its_bytes(tmp_path: Pa
     after = open_store(path)
     assert store_fingerprint(after) == fingerprint  # same ids and width: a run could not tell
     assert store_identity(after) != identity
+
+
+def test_a_word_dictionary_is_cached_by_its_embeddings_and_counts(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = dictionary.weighted_kmeans
+    monkeypatch.setattr(dictionary, "weighted_kmeans", lambda *a, **k: calls.append(1) or real(*a, **k))
+    table = torch.randn(30, 4, generator=torch.Generator().manual_seed(0))
+    counts = torch.arange(30)  # word 0 never occurs
+
+    def words(embeddings: torch.Tensor) -> tuple[FittedEntries, torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        fitted = fit_entries("word", 5, 4, PrepareResources(seed=0, word_embeddings=embeddings, word_counts=counts,
+                                                            data_root=root, generator=generator), sample=1)
+        return fitted, generator.get_state()
+
+    uncached, state = words(table)  # 29 words: below the default threshold
+    monkeypatch.setattr(dictionary, "CACHE_MIN_WORDS", 29)
+    for _ in range(2):
+        fitted, after = words(table)
+        np.testing.assert_array_equal(fitted.entries, uncached.entries)
+        assert fitted.meta == uncached.meta and torch.equal(after, state)
+    assert len(calls) == 2 and len(entries_on_disk(root)) == 1  # the uncached fit, then one fit written and read
+    changed = table.clone()
+    changed[3, 0] += 1.0
+    words(changed)
+    assert len(calls) == 3 and len(entries_on_disk(root)) == 2
