@@ -4,8 +4,12 @@ Generates the workload of benchmarks/scale_workload.py (COCO shapes, random valu
 afterwards unless ``--keep``), then measures, side by side in one run, the sections named by ``--sections``:
 
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
-  with their references; VQA: batch 64 of questions) for each store format, the memmap store read item by item
-  (``memmap-items``: without the batch read-ahead of vlattn's datasets and training loop) and the released M2 code's HDF5
+  with their references; VQA: batch 64 of questions) for each store format, the memmap store as the training loop
+  reads it (``memmap``: XE and SCST items in the store's float16, each batch written in a worker straight into
+  shared memory, widened to float32 by the consumer as the training loop does on its device, here the CPU), the
+  memmap store in float32 (``memmap-float32``: float32 items, each batch built in the worker's private memory and
+  copied into shared memory when sent), read item by item (``memmap-items``: without the batch read-ahead of
+  vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
@@ -169,15 +173,18 @@ def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[i
 
 
 def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
-    """Items per second through a DataLoader of random batches, timed from the first batch's arrival."""
-    from vlattn.data.regions import BatchReadahead, ReadaheadBatches
+    """Items per second through a DataLoader of random batches, timed from the first batch's arrival; vlattn's
+    batches are taken as the training loop takes them (``batch_to_device``: float16 features widened)."""
+    from vlattn.data.regions import BatchReadahead, ReadaheadBatches, batch_to_device
 
     chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
     # vlattn's datasets are read as the training loop reads them: the next batch hinted while this one is read
     sampler = ReadaheadBatches(chosen, dataset) if isinstance(dataset, BatchReadahead) else chosen
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
-    items, start = 0, 0.0
-    for index, _ in enumerate(loader):
+    items, start, cpu = 0, 0.0, torch.device("cpu")
+    for index, out in enumerate(loader):
+        if isinstance(out, dict):
+            batch_to_device(out, cpu)
         if index == 0:
             start = time.perf_counter()
         else:
@@ -200,7 +207,7 @@ class ItemByItem(Dataset):
 
 def source_path(args: argparse.Namespace, fmt: str) -> Path:
     """The store a loader variant reads."""
-    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap"}.get(fmt, fmt))
+    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap", "memmap-float32": "memmap"}.get(fmt, fmt))
 
 
 def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> dict[str, float]:
@@ -233,17 +240,30 @@ def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> d
     return out
 
 
-def batch_share_ms(args: argparse.Namespace, repeats: int = 10) -> float:
-    """Milliseconds to move one XE batch's features (50 x regions x dim float32) into shared memory, what a
-    DataLoader worker does with every batch it hands to the main process (median of ``repeats``)."""
-    batch = torch.rand(50, args.regions, args.dim)
-    times = []
-    for _ in range(repeats):
-        copy = batch.clone()
-        start = time.perf_counter()
-        copy.share_memory_()
-        times.append((time.perf_counter() - start) * 1e3)
-    return round(statistics.median(times), 1)
+def hand_over_ms(args: argparse.Namespace, repeats: int = 10) -> dict[str, float]:
+    """Milliseconds per XE batch (50 images x regions x dim) of what a DataLoader worker and the main process do
+    with its features besides reading them (median of ``repeats``): ``float32_share``: a float32 batch built in
+    private memory moved into shared memory when sent (``share_memory_()``); ``float16_shared_write``: a float16
+    batch written straight into new shared memory (what vlattn's collation does in a worker); ``widen``: float16 ->
+    float32 in the main process (on a GPU, done there)."""
+    from vlattn.data.features.base import RegionFeatures
+    from vlattn.data.regions import pad_regions
+
+    single = torch.rand(50, args.regions, args.dim)
+    items = [RegionFeatures(row.half().numpy(), np.zeros((args.regions, 4), np.float32), 640, 480) for row in single]
+    half = single.half()
+    steps = {"float32_share": lambda: single.clone().share_memory_(),
+             "float16_shared_write": lambda: pad_regions(items, args.regions, shared=True),
+             "widen": lambda: half.float()}
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - start) * 1e3)
+        out[name] = round(statistics.median(times), 1)
+    return out
 
 
 def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
@@ -254,6 +274,8 @@ def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
 def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, Callable, int] | None:
     """``(dataset, collate, batch size)`` of ``task`` over the store of ``fmt`` (opened anew: nothing cached), or
     None when the variant has no such task (the anchor reads XE pairs only)."""
+    from functools import partial
+
     from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
     from vlattn.data.features import open_store
     from vlattn.data.karpathy import load_karpathy
@@ -269,10 +291,13 @@ def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, 
         pairs = [(e.image_id, vocab.encode(c, 20)) for e in train for c in e.captions]
         return (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50) if task == "xe" else None
     store = open_store(source_path(args, fmt))
+    stored = fmt != "memmap-float32"  # as the training loop reads XE and SCST items, or as it did before
     if task == "xe":
-        found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20), collate_train, 50)
+        found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20, stored_dtype=stored),
+                                                partial(collate_train, shared=None if stored else False), 50)
     elif task == "scst":
-        found = (CaptionEvalSet(train, store, 50), collate_eval, 50)
+        found = (CaptionEvalSet(train, store, 50, stored_dtype=stored),
+                 partial(collate_eval, shared=None if stored else False), 50)
     else:
         split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
         assert split.annotations is not None
@@ -302,8 +327,9 @@ def a100_bound(batch: int = 50) -> dict[str, Any]:
 
 
 def loader_variants(formats: list[str]) -> list[str]:
-    """The stores of ``--formats``, the memmap store item by item after it, the anchor last."""
-    return [name for fmt in formats for name in (fmt, *(["memmap-items"] if fmt == "memmap" else []))] + ["anchor"]
+    """The stores of ``--formats``, the memmap store in float32 and item by item after it, the anchor last."""
+    extra = ["memmap-float32", "memmap-items"]
+    return [name for fmt in formats for name in (fmt, *(extra if fmt == "memmap" else []))] + ["anchor"]
 
 
 def section_loader(args: argparse.Namespace) -> dict[str, Any]:
@@ -334,7 +360,7 @@ def section_loader(args: argparse.Namespace) -> dict[str, Any]:
                     del found, dataset
                     gc.collect()
     sizes = {fmt: bytes_per_image(args, fmt) for fmt in loader_variants(args.formats)}
-    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "batch_share_ms": batch_share_ms(args),
+    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "hand_over_ms": hand_over_ms(args),
             "a100": a100_bound()}
 
 
@@ -643,9 +669,9 @@ def md_loader(results: dict[str, Any]) -> str:
         cells = " | ".join(cell(fmt, task, cache, w) for cache, w in columns)
         lines.append(f"| {fmt} | {sizes[fmt] / 1000:.0f} | {task} | {cells} |")
 
-    def ratios(top: str, bottom: str) -> str:
-        return ", ".join(f"{w}w {rows[(top, 'xe', 'cold', w)] / rows[(bottom, 'xe', 'cold', w)]:.1f}x"
-                         for w in workers if (top, "xe", "cold", w) in rows and (bottom, "xe", "cold", w) in rows)
+    def ratios(top: str, bottom: str, cache: str = "cold") -> str:
+        return ", ".join(f"{w}w {rows[(top, 'xe', cache, w)] / rows[(bottom, 'xe', cache, w)]:.1f}x"
+                         for w in workers if (top, "xe", cache, w) in rows and (bottom, "xe", cache, w) in rows)
 
     disk = loader["disk"]
     depth = next(key for key in disk if key.startswith("random_qd") and key != "random_qd1_mb_s"
@@ -653,7 +679,13 @@ def md_loader(results: dict[str, Any]) -> str:
     deep = depth[len("random_"):-len("_mb_s")]
     a100 = loader["a100"]
     demand = round(50 * ASSUMED_TFLOPS * 1e12 / (a100["m2_xe_step_gflops"] * 1e9))
-    one = [f"{cache} {rows[('memmap', 'xe', cache, 1)]:,.0f}" for cache in caches if ('memmap', 'xe', cache, 1) in rows]
+    fp32 = a100["pairs_per_s_at_peak"]["fp32"]
+    hand = loader["hand_over_ms"]
+    one = {cache: rows[("memmap", "xe", cache, 1)] for cache in caches if ("memmap", "xe", cache, 1) in rows}
+    verdict = "; ".join(f"{cache} {rate:,.0f} pairs/s: {'feeds' if rate >= fp32 else 'does not feed'} the FP32-peak "
+                        f"rate ({rate / fp32:.0%} of it), {rate / demand:.0%} of the assumed BF16 rate"
+                        for cache, rate in one.items()) or "not measured"
+    pair_mb = sizes["memmap"] / 2**20
     return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
             f"{results.get('repeats', 1)} runs into batches (XE: 50 (image, caption) pairs; SCST: 50 images with "
             f"references; VQA: 64 questions) after the first batch, {'/'.join(map(str, workers))} DataLoader "
@@ -661,24 +693,33 @@ def md_loader(results: dict[str, Any]) -> str:
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first, cells 'items/s (MB/s of store read)'; warm: every file "
             "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets read as its "
             "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
-            "this one is read); `memmap-items`: the same store read item by item (one synchronous read at a time); "
+            "this one is read; XE and SCST features handed over in the store's float16, written by the worker "
+            "straight into shared memory, widened to float32 by the consumer, as the training loop does on its "
+            "device, here the CPU); `memmap-float32`: the same with float32 items, each batch built in the worker's "
+            "private memory and copied into shared memory when sent (the path before the float16 hand-over); "
+            "`memmap-items`: `memmap` read item by item (one synchronous read at a time); "
             "`anchor`: the released M2 code's access (HDF5 file "
             "opened per item, `f['%d_features' % id][()]`, float32, padded in float64).\n\n"
             + "\n".join(lines)
             + f"\n\nDisk, same run, page cache dropped: sequential {disk['sequential_mb_s']} MB/s (8 MiB reads); "
             f"random reads of one image's float16 features: one at a time {disk['random_qd1_mb_s']} MB/s "
             f"({disk['random_qd1_images_s']} images/s), {deep[2:]} in flight {disk[depth]} MB/s "
-            f"({disk[f'random_{deep}_images_s']} images/s). XE cold, memmap / anchor: {ratios('memmap', 'anchor')}; "
-            f"memmap / memmap-items: {ratios('memmap', 'memmap-items')}. A worker moves each batch into shared "
-            f"memory for the main process: {loader.get('batch_share_ms', '?')} ms per XE batch of float32 features "
-            "(`share_memory_()`, same run)."
+            f"({disk[f'random_{deep}_images_s']} images/s). XE, memmap / memmap-float32: cold "
+            f"{ratios('memmap', 'memmap-float32')}; warm {ratios('memmap', 'memmap-float32', 'warm') or '-'}. XE "
+            f"cold, memmap / anchor: {ratios('memmap', 'anchor')}; memmap / memmap-items: "
+            f"{ratios('memmap', 'memmap-items')}. Per XE batch of features, same run: a float32 batch moved into "
+            f"shared memory {hand['float32_share']} ms (`share_memory_()`), a float16 batch written straight into "
+            f"new shared memory {hand['float16_shared_write']} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
+            f"pairs/s per worker for that write alone: new shared pages cost their page faults), widened to float32 "
+            f"in the main process {hand['widen']} ms."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
             "published large-model utilisation on A100 is 52% of peak, Narayanan et al. 2021, Megatron-LM, and a "
-            f"d=512 model at batch 50 reaches less) it consumes {demand:,} pairs/s; at the FP32 peak without tensor "
-            f"cores (19.5 TFLOPS) {a100['pairs_per_s_at_peak']['fp32']:,}. One memmap worker here, XE: "
-            f"{', '.join(one) or 'not measured'} pairs/s.")
+            f"d=512 model at batch 50 reaches less) it consumes {demand:,} pairs/s, {demand * pair_mb:,.0f} MB/s of "
+            f"float16 features when cold (each pair reads its image's {sizes['memmap'] / 1000:.0f} KB; the disk above "
+            f"reads {disk['sequential_mb_s']} MB/s sequentially); at the FP32 peak without tensor cores (19.5 TFLOPS) "
+            f"{fp32:,}. One memmap worker here, XE: {verdict}.")
 
 
 def md_memory(results: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 
 from vlattn.data.features.base import RegionFeatures
 from vlattn.data.features.blobs import READ_ERRORS
-from vlattn.data.features.checks import make_regions
+from vlattn.data.features.checks import finite_half, make_regions
 from vlattn.data.features.labels import RegionLabels
 from vlattn.data.features.readahead import will_need
 from vlattn.data.features.record import MEMMAP_KEY, Record
@@ -115,6 +115,14 @@ class MemmapStore(IndexedStore):
 
     def get(self, image_id: int) -> RegionFeatures:
         """Regions of ``image_id``: features (N, D) float32 (stored as float16), boxes (N, 4), image size."""
+        return self._read(image_id, keep_half=False)
+
+    def get_stored(self, image_id: int) -> RegionFeatures:
+        """:meth:`get` with the features (N, D) float16 as stored (the same checks; half the bytes to move, e.g.
+        from a DataLoader worker: widened later they are exactly :meth:`get`'s)."""
+        return self._read(image_id, keep_half=True)
+
+    def _read(self, image_id: int, keep_half: bool) -> RegionFeatures:
         row = self._rows.get(image_id)
         if row is None:
             raise DataError("image id not in the memmap store", path=self.path, item=image_id)
@@ -129,6 +137,7 @@ class MemmapStore(IndexedStore):
             path=self.path,
             image_id=image_id,
             dim=self._dim,
+            keep_half=keep_half,
         )
 
     def prefetch(self, image_ids: Iterable[int]) -> None:
@@ -198,13 +207,6 @@ def encode_regions(regions: RegionFeatures) -> EncodedRegions:
         half = regions.features.astype(_FEATURES[1])
     return EncodedRegions(half, regions.boxes.astype(_BOXES[1]), regions.width, regions.height, regions.classes,
                           regions.scores, regions.attributes, regions.attribute_scores)
-
-
-def finite_half(half: np.ndarray) -> bool:
-    """Whether no float16 value of ``half`` is NaN or infinite (exponent bits all set), tested on the bits: numpy's
-    float16 ``isfinite`` takes about half as long as the float32 -> float16 conversion itself."""
-    exponent = half.view(np.uint16) & np.uint16(0x7C00)
-    return not bool((exponent == 0x7C00).any())
 
 
 def _read_meta(root: Path) -> dict[str, object]:
