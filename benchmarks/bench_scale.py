@@ -25,9 +25,10 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
   its first training record
   (the first step included), with the caches in the data directory absent and then present; and the phases
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
-- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap (its default ``--jobs``: the usable CPUs),
-  MB/s of TSV read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB
-  reads), and the peak RSS of its largest process.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap with each ``--convert-jobs``, and the block
+  pipeline converting to the other formats runs (blocks parsed by 2 processes, written by the main one), MB/s of TSV
+  read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and
+  the peak RSS of the largest process.
 - ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
@@ -262,7 +263,7 @@ def hand_over_ms(args: argparse.Namespace, repeats: int = 10) -> dict[str, float
             start = time.perf_counter()
             step()
             times.append((time.perf_counter() - start) * 1e3)
-        out[name] = round(statistics.median(times), 1)
+        out[name] = round(statistics.median(times), 3)
     return out
 
 
@@ -591,25 +592,34 @@ def peak_of(command: list[str], log: Path) -> tuple[float, float]:
     return seconds, peak_kb / 1024
 
 
-def section_convert(args: argparse.Namespace) -> dict[str, Any]:
-    from vlattn.data.features import MAX_JOBS
-    from vlattn.data.features.tsv_blocks import usable_cores
+_BLOCK_PIPELINE = ("import sys; from vlattn.data.features import TSVStore, write_memmap; "
+                   "write_memmap(sys.argv[2], TSVStore(sys.argv[1]).stream(jobs=int(sys.argv[3])))")
 
+
+def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    """The disk's sequential rate on the TSV, then each conversion with the page cache dropped first: `vlattn data
+    convert` with each of ``--convert-jobs``, and the block pipeline (blocks of lines parsed by a pool, written by
+    the main process: what converting to the other formats runs) with 2 processes."""
     tsv = store_path(args, "tsv")
     drop_cache(tsv)
     size, seconds = read_all(tsv)
     disk = size / seconds / 2**20
     out = Path(args.work) / "converted"
-    shutil.rmtree(out, ignore_errors=True)
-    drop_cache(tsv)
     vlattn = str(Path(sys.executable).with_name("vlattn"))
-    convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"],
-                             data_root(args) / "convert.log")
-    shutil.rmtree(out)
-    convert = size / convert_s / 2**20
-    return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss),
-            "processes": min(usable_cores(), MAX_JOBS)}
+    runs = {f"convert --jobs {jobs}": [vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format",
+                                       "memmap", "--jobs", str(jobs)] for jobs in args.convert_jobs}
+    runs["block pipeline, 2 processes"] = [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]
+    rows = []
+    for name, command in runs.items():
+        shutil.rmtree(out, ignore_errors=True)
+        drop_cache(tsv)
+        convert_s, rss = peak_of(command, data_root(args) / "convert.log")
+        shutil.rmtree(out)
+        rate = size / convert_s / 2**20
+        rows.append({"run": name, "convert_s": round(convert_s, 1), "convert_mb_s": round(rate),
+                     "share_of_disk": round(rate / disk, 3), "peak_rss_mb": round(rss)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "rows": rows}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -708,10 +718,10 @@ def md_loader(results: dict[str, Any]) -> str:
             f"{ratios('memmap', 'memmap-float32')}; warm {ratios('memmap', 'memmap-float32', 'warm') or '-'}. XE "
             f"cold, memmap / anchor: {ratios('memmap', 'anchor')}; memmap / memmap-items: "
             f"{ratios('memmap', 'memmap-items')}. Per XE batch of features, same run: a float32 batch moved into "
-            f"shared memory {hand['float32_share']} ms (`share_memory_()`), a float16 batch written straight into "
-            f"new shared memory {hand['float16_shared_write']} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
+            f"shared memory {hand['float32_share']:.1f} ms (`share_memory_()`), a float16 batch written straight into "
+            f"new shared memory {hand['float16_shared_write']:.1f} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
             f"pairs/s per worker for that write alone: new shared pages cost their page faults), widened to float32 "
-            f"in the main process {hand['widen']} ms."
+            f"in the main process {hand['widen']:.1f} ms."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
@@ -756,13 +766,17 @@ def md_startup(results: dict[str, Any]) -> str:
 
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
+    lines = ["| run | seconds | convert (MB/s of TSV) | share of the disk rate | peak RSS (MB) |", "|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['convert_s']} | {r['convert_mb_s']} | {r['share_of_disk']:.0%} | {r['peak_rss_mb']} |"
+              for r in c["rows"]]
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first; the TSV "
-            f"parsed by {c['processes']} forked processes (`--jobs`, default: the usable CPUs) while the main process "
-            "reads and writes. Peak RSS: of the largest process.\n\n"
-            "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
-            f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
-            f"{c['convert_s']} | {c['peak_rss_mb']} |")
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, the page cache dropped before each "
+            f"run; the disk's sequential read rate on the TSV, same run, page cache dropped: {c['disk_read_mb_s']} "
+            "MB/s (8 MiB reads). `convert --jobs N`: N processes each read a chunk of the file, parse it and write "
+            "its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines read "
+            "by the main process, parsed by a pool, written by the main process (what converting to the other "
+            "formats runs). Seconds: the whole command, start-up included. Peak RSS: of the largest process.\n\n"
+            + "\n".join(lines))
 
 
 def md_eval(results: dict[str, Any]) -> str:
@@ -820,6 +834,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--preset", default="m2", help="config of the eval section (and of start-up by default)")
     parser.add_argument("--startup-presets", default=None, help="comma-separated configs of the start-up section")
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
+    parser.add_argument("--convert-jobs", default="1,2", help="`vlattn data convert --jobs` of the convert section")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
@@ -833,6 +848,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.formats = [f for f in args.formats.split(",") if f]
     args.workers = [int(w) for w in args.workers.split(",")]
     args.beams = [int(b) for b in args.beams.split(",")]
+    args.convert_jobs = [int(j) for j in args.convert_jobs.split(",")]
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.caches = [c for c in args.caches.split(",") if c]
     args.startup_presets = (args.startup_presets or args.preset).split(",")
