@@ -52,7 +52,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import zlib
@@ -811,8 +810,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
             if results["sparse"]:
                 text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
                          "without disk I/O).")
-            paragraphs = [p if p.startswith("|") else textwrap.fill(p, 120) for p in text.split("\n\n")]
-            write_section(heading, "\n\n".join(paragraphs) + f"\n\nCommand: `{command}`")
+            write_section(heading, text + f"\n\nCommand: `{command}`")  # a paragraph a line: RESULTS.md stays short
 
 
 # --- command line -------------------------------------------------------------------------------------------------
