@@ -10,7 +10,9 @@ Variants (:data:`VARIANTS`): LXMERT, and the other kinds or attention choices gi
 presets. LXMERT+CATT's image and word dictionaries (100 entries each, as vqa-catt-demo's) are initialised by k-means
 in a fresh run's prepare step: the pretraining run's over its training regions and the WordPiece counts of its
 captions and questions, the scratch fine-tuning run's over the same regions and its questions' counts; the
-fine-tuning run from the pretrained one loads them with the other weights. Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
+fine-tuning run from the pretrained one loads them with the other weights. The pretraining run is evaluated on
+the val split (``vlattn eval``: each task's accuracy, and the masked pieces predicted again with another pair's
+image, which says whether the pretrained model reads the image at all). Runs are resumable: a run whose ``<run>.eval.json`` exists is skipped, an unfinished one resumes. Every
 command is ``vlattn --threads 1 ...``; ``--wrap`` prefixes the training and evaluation commands (a job-queue
 wrapper), ``--jobs`` runs that many (variant, seed) chains at once, ``--collect-only`` only writes the table.
 """
@@ -40,6 +42,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {  # key -> (row name, overrides of
         "model.feed_forward={name: gffn, options: {groups: 2, share_weights: true}}"]),
 }
 PRETRAIN, FINETUNE = "lxmert-pretrain-demo", "vqa-lxmert-demo"
+PRETRAIN_TASKS = (("words", "words"), ("words_other_image", "words with another image"), ("matching", "matching"),
+                  ("objects", "objects"), ("attributes", "attributes"), ("answers", "answers"))  # (metric, label)
 TYPES = ("yes/no", "number", "other")
 
 
@@ -61,11 +65,12 @@ def train(config: str, run: Path, overrides: list[str], args: argparse.Namespace
     run.with_suffix(".done").touch()
 
 
-def evaluate(run: Path, args: argparse.Namespace) -> None:
+def evaluate(run: Path, args: argparse.Namespace, split: str = "test") -> None:
+    """``vlattn eval`` of ``run`` on ``split`` into ``<run>.eval.json``, unless it is there."""
     report = run.with_suffix(".eval.json")
     if report.exists():
         return
-    done = subprocess.run([*args.wrap, *vlattn("eval", "--checkpoint", str(run), "--split", "test", "--json")],
+    done = subprocess.run([*args.wrap, *vlattn("eval", "--checkpoint", str(run), "--split", split, "--json")],
                           check=True, capture_output=True, text=True)
     report.write_text(done.stdout)
 
@@ -75,6 +80,7 @@ def chain(key: str, seed: int, args: argparse.Namespace) -> None:
     common = [f"data.root={args.data}", f"train.seed={seed}", *VARIANTS[key][1], *args.set]
     pretrained = args.runs / f"{key}-pretrain-s{seed}"
     train(PRETRAIN, pretrained, [*common, f"train.epochs={args.pretrain_epochs}"], args)
+    evaluate(pretrained, args, split="val")
     for start in ("pretrained", "scratch"):
         run = args.runs / f"{key}-{start}-s{seed}"
         train(FINETUNE, run, [*common, f"train.epochs={args.epochs}"], args,
@@ -105,9 +111,8 @@ def accuracy(run: Path) -> dict[str, float]:
 
 
 def pretrain_metrics(run: Path) -> dict[str, float]:
-    """The last validation record of a pretraining run."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in records if r["kind"] == "val"][-1]
+    """The val-split evaluation of a pretraining run's checkpoint."""
+    return json.loads(run.with_suffix(".eval.json").read_text())
 
 
 def table(args: argparse.Namespace) -> str:
@@ -115,7 +120,7 @@ def table(args: argparse.Namespace) -> str:
     for key in args.variants:
         name = VARIANTS[key][0]
         seeds = [s for s in args.seeds if all((args.runs / f"{key}-{start}-s{s}.eval.json").exists()
-                                               for start in ("pretrained", "scratch"))]
+                                               for start in ("pretrain", "pretrained", "scratch"))]
         if not seeds:
             continue
         scores = {start: {s: accuracy(args.runs / f"{key}-{start}-s{s}") for s in seeds}
@@ -134,8 +139,7 @@ def table(args: argparse.Namespace) -> str:
             for s in seeds))
         val = [pretrain_metrics(args.runs / f"{key}-pretrain-s{s}") for s in seeds]
         pretext.append(f"{name}: " + ", ".join(
-            f"{task} {statistics.mean(v[f'{task}_accuracy'] for v in val):.1f}"
-            for task in ("words", "matching", "objects", "attributes", "answers")))
+            f"{label} {statistics.mean(v[f'{task}_accuracy'] for v in val):.1f}" for task, label in PRETRAIN_TASKS))
     command = ["benchmarks/synth_pretrain.py", "--data", str(args.data), "--runs", str(args.runs), "--seeds",
                *map(str, args.seeds), "--variants", *args.variants, "--epochs", str(args.epochs),
                "--pretrain-epochs", str(args.pretrain_epochs), *[w for s in args.set for w in ("--set", s)]]
@@ -148,8 +152,8 @@ def table(args: argparse.Namespace) -> str:
         *(["Does pretraining help (paired difference overall, its 95% interval against 0): " + " / ".join(verdicts),
             ""] if verdicts else []),
         "Per seed, overall (scratch -> pretrained): " + " / ".join(per_seed), "",
-        "Pretraining's last validation accuracies (masked pieces, matching, masked regions' objects and attributes, "
-        "drawn answers; mean over seeds): " + " / ".join(pretext), "",
+        "Pretraining's val accuracies (masked pieces; the same with another pair's image; matching; masked "
+        "regions' objects and attributes; drawn answers; mean over seeds): " + " / ".join(pretext), "",
         "Command (after `.venv/bin/vlattn --threads 1 data synth --out data/synth`): "
         f"`.venv/bin/python {' '.join(command)}`",
     ])

@@ -44,7 +44,10 @@ def test_lxmert_catt_pretrains_fine_tunes_and_tabulates(tmp_path: Path) -> None:
         assert sum(line.startswith(f"| {NAME} | {start} | 1 | ") for line in table) == 1
     assert "--variants lxmert-catt --epochs 1 --pretrain-epochs 1" in output
     reports = sorted(runs.glob("*.eval.json"))
-    assert [r.name for r in reports] == ["lxmert-catt-pretrained-s3.eval.json", "lxmert-catt-scratch-s3.eval.json"]
+    assert [r.name for r in reports] == ["lxmert-catt-pretrain-s3.eval.json", "lxmert-catt-pretrained-s3.eval.json",
+                                         "lxmert-catt-scratch-s3.eval.json"]
+    control = json.loads(reports[0].read_text())
+    assert control["split"] == "val" and 0 <= control["words_other_image_accuracy"] <= 100
     stamps = [r.stat().st_mtime_ns for r in reports]
     again = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
     assert [line for line in again.splitlines() if line.startswith("| ")] == table
@@ -52,15 +55,14 @@ def test_lxmert_catt_pretrains_fine_tunes_and_tabulates(tmp_path: Path) -> None:
 
 
 def write_runs(runs: Path, key: str, scratch: list[float], pretrained: list[float]) -> None:
-    """Finished runs of one variant as the script leaves them: the evaluations and the pretraining's val record."""
+    """Finished runs of one variant as the script leaves them: the evaluations, the pretraining run's on val."""
     for seed, (a, b) in enumerate(zip(scratch, pretrained), start=1):
         for start, overall in (("scratch", a), ("pretrained", b)):
             report = {"overall": overall, "perAnswerType": {"yes/no": overall, "number": overall / 2, "other": overall - 20}}
             (runs / f"{key}-{start}-s{seed}.eval.json").write_text(json.dumps(report))
-        (runs / f"{key}-pretrain-s{seed}").mkdir()
-        val = {"kind": "val", **{f"{task}_accuracy": 10.0 * seed for task in
-                                 ("words", "matching", "objects", "attributes", "answers")}}
-        (runs / f"{key}-pretrain-s{seed}" / "metrics.jsonl").write_text(json.dumps(val) + "\n")
+        val = {"split": "val", **{f"{task}_accuracy": 10.0 * seed + offset for offset, task in enumerate(
+            ("words", "words_other_image", "matching", "objects", "attributes", "answers"))}}
+        (runs / f"{key}-pretrain-s{seed}.eval.json").write_text(json.dumps(val))
 
 
 def test_collected_table_statistics(tmp_path: Path) -> None:
@@ -80,4 +82,5 @@ def test_collected_table_statistics(tmp_path: Path) -> None:
     assert f"| {NAME} | pretrained − scratch (paired) | 3 | 1.00 ± 7.45 |" in output
     assert (f"LXMERT: helps / {NAME}: no significant difference / LW-LXMERT 1x (G-MHA + G-FFN, k=2): hurts"
             in output)
-    assert "LXMERT: words 20.0, matching 20.0, objects 20.0, attributes 20.0, answers 20.0" in output
+    assert ("LXMERT: words 20.0, words with another image 21.0, matching 22.0, objects 23.0, attributes 24.0, answers 25.0"
+            in output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from safetensors.torch import load_file
 
 from vlattn.config import config_to_dict
 from vlattn.training.checkpoint import load_checkpoint
-from vlattn.training.distributed import DistContext, average_gradients
+from vlattn.training.distributed import DistContext, average_gradients, init_distributed
 from vlattn.training.loop import EpochBatchSampler
 from vlattn.training.rundir import run_lock
 from tests.slow import scaled
@@ -60,6 +61,24 @@ def test_average_gradients_across_two_processes(tmp_path: Path) -> None:
     for rank in (0, 1):
         grad = torch.load(tmp_path / f"grad{rank}.pt", weights_only=True)
         assert torch.equal(grad, torch.full((1, 2), 3.0))  # (1 + 5) / 2 on both ranks
+
+
+def _exit_worker(rank: int, port: int, out: str) -> None:
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    ctx = init_distributed(torch.device("cpu"))
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    atexit._run_exitfuncs()  # what the interpreter runs first on exit, while it is still whole
+    Path(out, f"rank{rank}.json").write_text(json.dumps([ctx.rank, total.item(), dist.is_initialized()]))
+
+
+def test_the_process_group_is_destroyed_on_exit_before_finalization(tmp_path: Path) -> None:
+    """Left to interpreter finalization, gloo's threads can abort a finished rank (SIGABRT); the group
+    init_distributed creates is destroyed by an exit handler instead."""
+    torch.multiprocessing.spawn(_exit_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == [rank, 3.0, False]
 
 
 @pytest.mark.slow

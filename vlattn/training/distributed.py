@@ -9,6 +9,7 @@ rank 0 writes checkpoints, logs and predictions.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -41,7 +42,17 @@ def init_distributed(device: torch.device) -> DistContext:
         return DistContext()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        atexit.register(_destroy_process_group)
     return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _destroy_process_group() -> None:
+    """Tear the process group down while the interpreter is still whole. Left to interpreter finalization, gloo's
+    worker threads can outlive the objects they reference and the process aborts (``terminate called without an
+    active exception``, SIGABRT) after its work is done, failing a finished run. It stays alive until exit (not
+    destroyed when a stage ends) so that several stages run in one process share it."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def pick_device(name: str = "auto", ctx: DistContext | None = None) -> torch.device:

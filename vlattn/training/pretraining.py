@@ -311,11 +311,33 @@ class PretrainObjective:
         return total_loss(losses, self.settings, with_answers), logs
 
 
+IMAGE_INPUTS = ("features", "boxes", "region_mask")  # what a pair's image gives the model
+
+
+def other_image_rows(image_ids: Tensor) -> Tensor:
+    """For each row of a batch (its image ``image_ids`` (B,)), the next row, cyclically, that shows another image;
+    -1 for every row when they all show the same one. (B,) long."""
+    image_ids, rows = image_ids.cpu(), len(image_ids)  # one transfer, then the loop reads host memory
+    partner = torch.full((rows,), -1, dtype=torch.long)
+    for row in range(rows):
+        for step in range(1, rows):
+            other = (row + step) % rows
+            if image_ids[other] != image_ids[row]:
+                partner[row] = other
+                break
+    return partner
+
+
 def validation_metrics(model: nn.Module, batches: list[tuple[dict[str, Any], Targets]],
                        settings: PretrainSettings) -> dict[str, float]:
     """Accuracy of each task on corrupted validation batches (the masked pieces, matched/mismatched, the masked
     regions' object and attribute classes, the drawn answers), each loss's mean over the batches, ``loss`` (their
-    weighted sum, QA included) and ``minus_loss`` (-loss: higher is better, the selection metric)."""
+    weighted sum, QA included) and ``minus_loss`` (-loss: higher is better, the selection metric).
+
+    ``words_other_image_accuracy``: the masked pieces predicted again with each sentence shown another pair's
+    image (:func:`other_image_rows`; rows without one are left out). A model that reads the image for its words
+    loses accuracy; one that reads only the sentence keeps ``words_accuracy``: the gap says whether pretraining
+    has learned to use the image at all."""
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
 
@@ -333,6 +355,12 @@ def validation_metrics(model: nn.Module, batches: list[tuple[dict[str, Any], Tar
             add("loss", float(total_loss(losses, settings, True)), 1)
             labelled = targets.words != IGNORE
             add("words_accuracy", float((out.words.argmax(-1) == targets.words)[labelled].sum()), float(labelled.sum()))
+            partner = other_image_rows(inputs["image_ids"]).to(targets.words.device)
+            shown = labelled & (partner >= 0)[:, None]
+            if bool(shown.any()):
+                swapped = {**inputs, **{key: inputs[key][partner.clamp(min=0)] for key in IMAGE_INPUTS}}
+                guessed = model(swapped).words.argmax(-1)
+                add("words_other_image_accuracy", float((guessed == targets.words)[shown].sum()), float(shown.sum()))
             add("matching_accuracy", float((out.matching.argmax(-1) == targets.matched).sum()), len(targets.matched))
             for name, logits, labels in (("objects", out.objects, targets.objects),
                                          ("attributes", out.attributes, targets.attributes)):
