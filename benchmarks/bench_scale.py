@@ -6,15 +6,16 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
   with their references; VQA: batch 64 of questions) for each store format, the memmap store as the training loop
   reads it (``memmap``: XE and SCST items in the store's float16, each batch written in a worker straight into
-  shared memory, widened to float32 by the consumer as the training loop does on its device, here the CPU), the
+  shared memory), the
   memmap store in float32 (``memmap-float32``: float32 items, each batch built in the worker's private memory and
   copied into shared memory when sent), read item by item (``memmap-items``: without the batch read-ahead of
   vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
-  the batches after the first (worker start-up excluded). Stores are read without vlattn's region cache. Beside
-  them, the disk's rates in the same run: sequential (8 MiB reads) and random reads of one image's float16
+  the batches after the first (worker start-up excluded), each taken by the main process as a CUDA training loop
+  takes it (its tensors copied into buffers reused from batch to batch, as ``pin_memory`` does). Stores are read
+  without vlattn's region cache. Beside them, the disk's rates in the same run: sequential (8 MiB reads) and random reads of one image's float16
   features (200 KiB at COCO shapes) one at a time and 32 in flight; and each store's bytes per image.
 - ``memory``: peak proportional (PSS) anonymous memory, i.e. besides the page cache, of the main process and of
   each DataLoader worker through an XE epoch (``--memory-batches`` > 0: that many batches) of the training
@@ -172,19 +173,38 @@ def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[i
     return [order[i : i + batch] for i in range(0, len(order), batch)]
 
 
+class Staging:
+    """What the main process of a CUDA training loop does with each batch before the GPU takes it: its tensors
+    copied into page-locked buffers that torch's pinned-memory allocator reuses from batch to batch (the DataLoader's
+    ``pin_memory``); then the copy to the GPU runs asynchronously and float16 features are widened there
+    (``batch_to_device``). Without CUDA: ordinary buffers, reused the same way."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[Any, torch.Tensor] = {}
+
+    def __call__(self, batch: Any) -> None:
+        tensors = batch.items() if isinstance(batch, dict) else enumerate(batch)
+        for key, value in tensors:
+            if not torch.is_tensor(value):
+                continue
+            buffer = self.buffers.get(key)
+            if buffer is None or buffer.dtype != value.dtype or buffer.numel() < value.numel():
+                buffer = self.buffers[key] = torch.empty(value.numel(), dtype=value.dtype)
+            buffer[: value.numel()].view(value.shape).copy_(value)
+
+
 def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
-    """Items per second through a DataLoader of random batches, timed from the first batch's arrival; vlattn's
-    batches are taken as the training loop takes them (``batch_to_device``: float16 features widened)."""
-    from vlattn.data.regions import BatchReadahead, ReadaheadBatches, batch_to_device
+    """Items per second through a DataLoader of random batches, timed from the first batch's arrival, each batch
+    taken by the main process as a CUDA training loop takes it (:class:`Staging`)."""
+    from vlattn.data.regions import BatchReadahead, ReadaheadBatches
 
     chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
     # vlattn's datasets are read as the training loop reads them: the next batch hinted while this one is read
     sampler = ReadaheadBatches(chosen, dataset) if isinstance(dataset, BatchReadahead) else chosen
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
-    items, start, cpu = 0, 0.0, torch.device("cpu")
+    items, start, stage = 0, 0.0, Staging()
     for index, out in enumerate(loader):
-        if isinstance(out, dict):
-            batch_to_device(out, cpu)
+        stage(out)
         if index == 0:
             start = time.perf_counter()
         else:
@@ -701,11 +721,13 @@ def md_loader(results: dict[str, Any]) -> str:
             f"references; VQA: 64 questions) after the first batch, {'/'.join(map(str, workers))} DataLoader "
             "workers; cold: every file of the store dropped from the page cache with "
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first, cells 'items/s (MB/s of store read)'; warm: every file "
-            "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets read as its "
+            "read once first. The main process takes each batch as a CUDA training loop's does: its tensors copied into "
+            "buffers reused from batch to batch (the DataLoader's `pin_memory` into torch's cached page-locked memory; "
+            "the copy to the GPU and the widening of float16 features there cost it nothing more). KB/image: the "
+            "store's size over its images. `memmap`: vlattn's datasets read as its "
             "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
             "this one is read; XE and SCST features handed over in the store's float16, written by the worker "
-            "straight into shared memory, widened to float32 by the consumer, as the training loop does on its "
-            "device, here the CPU); `memmap-float32`: the same with float32 items, each batch built in the worker's "
+            "straight into shared memory); `memmap-float32`: the same with float32 items, each batch built in the worker's "
             "private memory and copied into shared memory when sent (the path before the float16 hand-over); "
             "`memmap-items`: `memmap` read item by item (one synchronous read at a time); "
             "`anchor`: the released M2 code's access (HDF5 file "
@@ -720,8 +742,8 @@ def md_loader(results: dict[str, Any]) -> str:
             f"{ratios('memmap', 'memmap-items')}. Per XE batch of features, same run: a float32 batch moved into "
             f"shared memory {hand['float32_share']:.1f} ms (`share_memory_()`), a float16 batch written straight into "
             f"new shared memory {hand['float16_shared_write']:.1f} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
-            f"pairs/s per worker for that write alone: new shared pages cost their page faults), widened to float32 "
-            f"in the main process {hand['widen']:.1f} ms."
+            f"pairs/s per worker for that write alone: new shared pages cost their page faults); widened to float32 "
+            f"on the CPU {hand['widen']:.1f} ms (what `batch_to_device` does when training on the CPU)."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
