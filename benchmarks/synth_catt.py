@@ -9,8 +9,9 @@ Up-Down+CATT (BUTD+CATT, supplementary Sec. 9: vlattn/presets/updown-demo.yaml, 
 6's ablations of Transformer+CATT (w/o Init, w/o Share, dictionary sizes). The main variants (:data:`MAIN`) run
 first, all their seeds, then the ablations.
 
-Runs are resumable: a (variant, seed) whose ``<run>.eval.json`` exists is skipped, an unfinished run resumes from its
-last checkpoint. ``--collect-only`` only writes the table from what exists. Every run is `vlattn --threads 1 ...`;
+Test decoding: ``--beam-size auto`` (default; each run's beam size chosen on validation CIDEr-D, the table's "beam"
+column) or a fixed ``K``. Runs are resumable: a (variant, seed) whose ``<run>.eval.json`` was decoded that way is
+skipped, one decoded otherwise is only evaluated again, an unfinished run resumes from its last checkpoint. ``--collect-only`` only writes the table from what exists. Every run is `vlattn --threads 1 ...`;
 ``--wrap`` prefixes each training and evaluation command (e.g. a job-queue wrapper) and
 ``--jobs`` runs that many at once.
 
@@ -34,6 +35,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from beam_option import add_beam_option, beam_of, chosen, decoded_as
 from results import write_section
 
 from vlattn.data.bias import synthetic_lexicon
@@ -75,26 +77,32 @@ def vlattn(*args: str) -> list[str]:
 
 
 def run_one(key: str, seed: int, args: argparse.Namespace) -> None:
-    """Train (fresh or resumed) and evaluate one (variant, seed) unless its evaluation exists."""
+    """Train (fresh or resumed) and evaluate one (variant, seed) at ``--beam-size`` unless its evaluation at that
+    decoding exists; a run evaluated at another decoding is only evaluated again."""
     _, config, overrides = VARIANTS[key]
     run = args.runs / f"{key}-s{seed}"
     report = run.with_suffix(".eval.json")
-    if report.exists():
+    trained = report.exists()
+    if trained and decoded_as(json.loads(report.read_text()), args.beam_size):
         return
     sets = [f"data.root={args.data}", f"train.seed={seed}", f"train.epochs={args.epochs}",
             f"train.val_max_images={args.val_images}", *args.set, *overrides]
     train = vlattn("train", "--config", config, "--out", str(run), *[x for s in sets for x in ("--set", s)])
     if (run / "checkpoints" / "last").exists():
         train.append("--resume")
-    print(" ".join(train), flush=True)
+    if not trained:
+        print(" ".join(train), flush=True)
     if args.dry_run:
         return
-    subprocess.run([*args.wrap, *train], check=True, stdout=subprocess.DEVNULL)
-    evaluation = subprocess.run([*args.wrap, *vlattn("eval", "--checkpoint", str(run), "--split", "test", "--json")],
+    if not trained:
+        subprocess.run([*args.wrap, *train], check=True, stdout=subprocess.DEVNULL)
+    evaluation = subprocess.run([*args.wrap, *vlattn("eval", "--checkpoint", str(run), "--split", "test",
+                                                     "--beam-size", str(args.beam_size), "--json")],
                                 check=True, capture_output=True, text=True)
     tmp = report.with_suffix(".tmp")
     tmp.write_text(evaluation.stdout)
     tmp.replace(report)
+    print(f"{run.name}: {chosen(json.loads(evaluation.stdout))}", flush=True)
 
 
 def schedule(variants: list[str], seeds: list[int]) -> list[tuple[str, int]]:
@@ -189,6 +197,7 @@ def driver_commands(evaluated: dict[str, list[int]], args: argparse.Namespace) -
         groups.setdefault(tuple(seeds), []).append(key)
     return [" ".join(["benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs), "--epochs",
                       str(args.epochs), "--seeds", *map(str, seeds), "--variants", *keys,
+                      *([] if args.beam_size == "auto" else ["--beam-size", str(args.beam_size)]),
                       *[x for s in args.set for x in ("--set", s)]]) for seeds, keys in groups.items()]
 
 
@@ -198,25 +207,27 @@ def table(args: argparse.Namespace) -> str:
     rows, per_seed, evaluated, results = [], [], {}, {}
     for key in args.variants:
         name, config, overrides = VARIANTS[key]
-        seeds = [s for s in args.seeds if (args.runs / f"{key}-s{s}.eval.json").exists()]
+        paths = {s: args.runs / f"{key}-s{s}.eval.json" for s in args.seeds}
+        reports = {s: json.loads(path.read_text()) for s, path in paths.items() if path.exists()}
+        seeds = [s for s in args.seeds if s in reports and decoded_as(reports[s], args.beam_size)]
         if not seeds:
             continue
         evaluated[key] = seeds
-        runs = {s: measures(args.runs / f"{key}-s{s}", json.loads((args.runs / f"{key}-s{s}.eval.json").read_text()),
-                            scenes) for s in seeds}
+        runs = {s: measures(args.runs / f"{key}-s{s}", reports[s], scenes) for s in seeds}
         results[key] = runs
-        rows.append(f"| {name} | {len(seeds)} | " + " | ".join(fmt([runs[s][c] for s in seeds], 1 if c in COUNTS else 3)
-                                                              for c in COLUMNS) + " |")
-        per_seed += [f"| {name} | {s} | " + " | ".join(f"{runs[s][c]:{'.0f' if c in COUNTS else '.3f'}}" for c in COLUMNS)
-                     + " |" for s in seeds]
+        beams = ", ".join(beam_of(reports[s]) for s in seeds)
+        rows.append(f"| {name} | {len(seeds)} | {beams} | " + " | ".join(
+            fmt([runs[s][c] for s in seeds], 1 if c in COUNTS else 3) for c in COLUMNS) + " |")
+        per_seed += [f"| {name} | {s} | {beam_of(reports[s])} | " + " | ".join(
+            f"{runs[s][c]:{'.0f' if c in COUNTS else '.3f'}}" for c in COLUMNS) + " |" for s in seeds]
     arrows = {c: "" if c in NEUTRAL else " ↓" if c in LOWER_IS_BETTER else " ↑" for c in COLUMNS}
-    header = "| model | seeds | " + " | ".join(f"{c}{arrows[c]}" for c in COLUMNS) + " |"
-    rule = "|---|---|" + "---|" * len(COLUMNS)
+    header = "| model | seeds | beam | " + " | ".join(f"{c}{arrows[c]}" for c in COLUMNS) + " |"
+    rule = "|---|---|---|" + "---|" * len(COLUMNS)
     commands = [data_command(args.data), *driver_commands(evaluated, args)]
     differences = paired(results)
     paired_header = "| difference | seeds | " + " | ".join(PAIRED_COLUMNS) + " |"
     return "\n".join([
-        header, rule, *rows, "", "Per seed:", "", header.replace("| seeds |", "| seed |"), rule, *per_seed, "",
+        header, rule, *rows, "", "Per seed:", "", header.replace("| seeds | beam |", "| seed | beam |"), rule, *per_seed, "",
         *(["Paired differences (same seed; mean ± sample standard deviation of the per-seed differences):", "",
            paired_header, "|---|---|" + "---|" * len(PAIRED_COLUMNS), *differences, ""] if differences else []),
         "Commands:", "", "```", *commands, "```",
@@ -231,6 +242,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--epochs", type=int, default=6, help="XE epochs of every run (one budget for all)")
     parser.add_argument("--val-images", type=int, default=100, help="val images decoded per epoch (selection)")
+    add_beam_option(parser)
     parser.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--wrap", type=shlex.split, default=[], help="a prefix of every training/eval command, "
                         "e.g. a job-queue wrapper")

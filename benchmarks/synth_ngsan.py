@@ -4,7 +4,9 @@ states spatial relations, and write the table to benchmarks/RESULTS.md ("## NG-S
 
 Every run is ``vlattn --threads 1 train`` with vlattn/presets/demo.yaml and the same overrides except the encoder
 self-attention (and, for "absolute", ``model.box_encoding``), then ``vlattn --threads 1 eval --split test
---json``. Runs whose evaluation exists are reused, so an interrupted driver continues where it stopped.
+--beam-size auto|K --json`` (``--beam-size``, default auto: the beam size chosen on validation; the table gives each
+run's). Runs whose evaluation at that decoding exists are reused, a trained run is only evaluated again, so an
+interrupted driver continues where it stopped.
 
 Relation accuracy, two ways (vlattn.data.synth.claims):
 
@@ -12,7 +14,7 @@ Relation accuracy, two ways (vlattn.data.synth.claims):
   "<a> is <relation words> <b>" (teacher forcing, EOS included, summed over each relation's synonyms) picks one
   of the five relations; accuracy = share of pairs whose picked relation holds (chance = the mean share of
   relations that hold for a pair); the same on as many training images;
-- captions: the share of relation statements in the generated test captions (beam search, as evaluated) that
+- captions: the share of relation statements in the generated test captions (decoded as evaluated) that
   are true of the scene, and how many were made.
 """
 
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from beam_option import add_beam_option, beam_of, chosen, decoded_as, decoding_text
 from results import write_section
 
 from vlattn.data.captioning import collate_eval
@@ -54,23 +57,30 @@ def sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-def train_and_eval(run: Path, overrides: list[str], log: list[str], finished_only: bool = False) -> dict | None:
-    """Train (unless evaluated already) and evaluate one run; the commands are appended to ``log``. With
-    ``finished_only``, None for a run not evaluated yet (nothing is trained)."""
+def train_and_eval(run: Path, overrides: list[str], beam: str | int, log: list[str],
+                   finished_only: bool = False) -> dict | None:
+    """Train (unless trained already) and evaluate one run at ``beam`` (unless evaluated so already); the commands
+    are appended to ``log``. With ``finished_only``, None for a run not evaluated at ``beam`` yet (nothing is run)."""
     train = [VLATTN, "--threads", "1", "train", "--config", CONFIG, "--out", str(run), *sets(overrides)]
-    evaluate = [VLATTN, "--threads", "1", "eval", "--checkpoint", str(run), "--split", "test", "--json"]
+    evaluate = [VLATTN, "--threads", "1", "eval", "--checkpoint", str(run), "--split", "test", "--beam-size", str(beam),
+                "--json"]
     report_path = Path(f"{run}.eval.json")
-    if finished_only and not report_path.is_file():
+    done = report_path.is_file() and decoded_as(json.loads(report_path.read_text()), beam)
+    if finished_only and not done:
         return None
     log += [" ".join(["vlattn", *train[1:]]), " ".join(["vlattn", *evaluate[1:]]) + f" > {run}.eval.json"]
-    if not report_path.is_file():
+    if not done:
         started = time.perf_counter()
         if not (run / "checkpoints" / "best").is_dir() or not (run / "checkpoints" / "last").is_dir():
             subprocess.run([*train, *(["--resume"] if (run / "checkpoints" / "last").is_dir() else [])], check=True)
         report = subprocess.run(evaluate, check=True, capture_output=True, text=True).stdout
-        report_path.write_text(report)
+        tmp = report_path.with_suffix(".tmp")
+        tmp.write_text(report)
+        tmp.replace(report_path)
         print(f"{run.name}: {time.perf_counter() - started:.0f}s", flush=True)
-    return json.loads(report_path.read_text())
+    report = json.loads(report_path.read_text())
+    print(f"{run.name}: {chosen(report)}", flush=True)
+    return report
 
 
 def sentence_log_probs(model: torch.nn.Module, inputs: dict, sentences: list[list[int]], bos: int, eos: int, pad: int) -> torch.Tensor:
@@ -165,11 +175,12 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/ngsan"), help="where the runs are kept")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    add_beam_option(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra overrides for every run")
     parser.add_argument("--note", default="", help="a remark on the results, printed under the tables")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
     parser.add_argument("--finished-only", action="store_true",
-                        help="train nothing: tabulate the runs evaluated so far (the table gives each model's seeds)")
+                        help="run nothing: tabulate the runs evaluated at --beam-size so far (the table gives each model's seeds)")
     args = parser.parse_args()
     scenes_json = json.loads((args.data / "scenes.json").read_text())
     scenes = {image["image_id"]: image for image in scenes_json["images"]}
@@ -180,19 +191,20 @@ def main() -> None:
     for seed in args.seeds:  # every model of a seed before the next seed: comparable partial results early
         for model in args.models:
             overrides = [f"data.root={args.data}", f"train.seed={seed}", *COMMON, *MODELS[model], *args.overrides]
-            report = train_and_eval(runs[model, seed], overrides, commands, args.finished_only)
+            report = train_and_eval(runs[model, seed], overrides, args.beam_size, commands, args.finished_only)
             if report is not None:
-                reports[model, seed] = report["scores"]
+                reports[model, seed] = report
     rows, per_seed = [], []
     for model in args.models:
         done = [seed for seed in args.seeds if (model, seed) in reports]
         if not done:
             continue
         results = {
-            seed: {**{m: reports[model, seed][m] for m in METRICS}, **relation_scores(runs[model, seed], scenes, next_to_gap)}
+            seed: {**{m: reports[model, seed]["scores"][m] for m in METRICS}, "beam": beam_of(reports[model, seed]),
+                   **relation_scores(runs[model, seed], scenes, next_to_gap)}
             for seed in done
         }
-        columns = [", ".join(map(str, done))]
+        columns = [", ".join(map(str, done)), ", ".join(r["beam"] for r in results.values())]
         results_list = list(results.values())
         columns += [mean_std([r[m] for r in results_list]) for m in METRICS]
         columns += [mean_std([r["probe"] for r in results_list]), f"{statistics.mean(r['chance'] for r in results_list):.3f}",
@@ -204,44 +216,30 @@ def main() -> None:
     if not rows:
         raise SystemExit(f"no evaluated runs under {args.runs}")
     pairs = next(iter(results.values()))["pairs"]
-    seeds = ", ".join(map(str, args.seeds))
-    body = f"""vlattn/presets/demo.yaml (Transformer 2+2 layers, d=128, 4 heads, FFN 512, 10 XE epochs, Noam scale 0.5, warm-up
-400, batch 50) with `{' '.join(COMMON + args.overrides)}` for every model, so that geometry reaches the model only
-through the encoder self-attention (as in the paper, SAN sees detector features only); the encoder self-attention
-is mha (SAN), nsa (N-SAN), gsa (G-SAN, query-dependent), ngsa (NG-SAN) with their default options, mha plus
-`model.box_encoding=sinusoidal` (SAN + absolute, Table 4), or gsa with `geometry: signed` (G-SAN signed: the
-relative geometry keeps the direction of the offsets, which Eq. 8's absolute values drop; not in the paper). Synthetic data at {args.data} (`vlattn data synth`,
-defaults: 2000 images, 1600/200/200). Best checkpoint by validation CIDEr-D, test split (200 images), beam 3.
-Seeds {seeds} (`train.seed`: initialisation and batch order); mean ± sample standard deviation over the seeds
-of each model (column "seeds"; the mean alone for a single seed).
-
-Relation probe: for each ordered pair of test objects that a full description names uniquely
-({pairs} pairs), the model scores "a <size colour shape> is <relation words> a <size colour shape>"
-for each of the five relations (synonyms summed, teacher forcing); accuracy = share of pairs whose most likely
-relation holds; chance = mean share of the five relations that hold for a pair; the same probe on the first
-{sum(scene['split'] == 'test' for scene in scenes.values())} training images tells whether a model learned relations at all. Stated
-relations: the relation phrases in the generated test captions that are true of the scene
-(vlattn.data.synth.claims), and their number.
-
-| model | seeds | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
-|---|---|---|---|---|---|---|---|---|---|---|
-{chr(10).join(rows)}
-
-Per seed (test CIDEr-D / relation probe accuracy), seeds {seeds}:
+    chance = statistics.mean(r["chance"] for r in results.values())
+    per_seed_table = f"""Per seed (test CIDEr-D / relation probe accuracy):
 
 | model | {' | '.join(f'seed {s}' for s in args.seeds)} |
 |---|{'---|' * len(args.seeds)}
-{chr(10).join(per_seed)}
+{chr(10).join(per_seed)}"""
+    body = f"""The demo preset (vlattn/presets/demo.yaml: Transformer 2+2, d=128) with `{' '.join(COMMON + args.overrides)}` (geometry
+only through the encoder self-attention, as in the paper), its encoder self-attention mha (SAN), nsa (N-SAN), gsa
+(G-SAN) or ngsa (NG-SAN); synthetic data (`vlattn data synth` defaults: 1600/200/200 images), best-by-val
+checkpoint, test split, {decoding_text(args.beam_size)}; seeds {', '.join(map(str, args.seeds))},
+mean ± sd. Relation probe (defined in the driver): the share of {pairs} object pairs whose most likely relation
+holds (chance {chance:.3f}).
 
-{args.note}
-
-Commands (one torch thread each; `vlattn` is .venv/bin/vlattn):
+| model | seeds | beam | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | relation probe acc. (test) | chance | probe acc. (train) | stated relations true | stated per run |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+{chr(10) + args.note + chr(10) if args.note else ''}
+Commands (the driver prints every run's `vlattn` commands):
 
 ```
-vlattn --threads 1 data synth --out {args.data}
-{chr(10).join(commands)}
+.venv/bin/vlattn --threads 1 data synth --out {args.data}
 .venv/bin/python {' '.join(without_note(sys.argv))}
 ```"""
+    print("\n".join(commands), per_seed_table, "", sep="\n")
     print(body)
     if not args.no_write:
         write_section("NG-SAN on synthetic data", body)

@@ -93,12 +93,19 @@ def obj(shape: str, colour: str, ambiguous: bool = False) -> dict:
     return {"shape": shape, "colour": colour, **({"ambiguous": True} if ambiguous else {})}
 
 
-def test_collected_table_by_hand(tmp_path: Path) -> None:
+def choice(beam: int) -> dict:
+    """A `vlattn eval` report's ``beam_choice``: ``beam`` chosen on val among 1 and 2."""
+    return {"beam_size": beam, "metric": "CIDEr", "split": "val", "images": 1, "scores": {"1": 0.3, "2": 0.2},
+            "source": "after training"}
+
+
+def bias_runs(tmp_path: Path, beams: dict[str, int | None]) -> tuple[Path, Path]:
     """Image 1: an ambiguous red circle and a clear white star; 2: an ambiguous blue circle and an ambiguous green
     square; 3: a clear green circle (no star); 4: a clear black square. The captions say red of both ambiguous
     circles (right, wrong), red of the ambiguous square (wrong), the clear objects' colours right, and a star in
     image 3 (a circle without a star) but not in 2 (the same) or 4 (neither). Four runs with those captions differ
-    in CIDEr only: base 0.5 / 0.4, catt 0.4 / 0.7 at seeds 1 / 2."""
+    in CIDEr only: base 0.5 / 0.4, catt 0.4 / 0.7 at seeds 1 / 2; each evaluated at the beam of ``beams`` chosen
+    on val (an int) or at a fixed beam 3 (None)."""
     data, runs = tmp_path / "data", tmp_path / "runs"
     data.mkdir()
     scenes = [{"image_id": 1, "objects": [obj("circle", "red", True), obj("star", "white")]},
@@ -113,21 +120,64 @@ def test_collected_table_by_hand(tmp_path: Path) -> None:
         (runs / run / "eval").mkdir(parents=True)
         (runs / run / "eval" / "test_predictions.json").write_text(json.dumps(
             [{"image_id": k, "caption": c} for k, c in enumerate(captions, start=1)]))
+        decoding = {"beam_size": 3} if beams[run] is None else {"beam_size": beams[run], "beam_choice": choice(beams[run])}
         (runs / f"{run}.eval.json").write_text(json.dumps(
-            {"scores": {"CIDEr": cider, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}))
+            {**decoding, "scores": {"CIDEr": cider, "CHAIR_s": 0.1, "CHAIR_i": 0.2, "A@Attr": 0.75}}))
+    return data, runs
+
+
+def cells(lines: list[str], header_start: str, row_start: str) -> dict[str, str]:
+    header = [cell.strip() for cell in next(line for line in lines if line.startswith(header_start)).strip("|").split("|")]
+    row = next(line for line in lines if line.startswith(row_start))
+    return dict(zip(header, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+
+
+def test_collected_table_by_hand(tmp_path: Path) -> None:
+    data, runs = bias_runs(tmp_path, {"base-s1": 1, "base-s2": 2, "catt-s1": 1, "catt-s2": 1})
     out = driver("--data", str(data), "--runs", str(runs), "--seeds", "1", "2", "3", "--variants", "base", "catt",
                  "--collect-only", "--no-write")
     lines = out.splitlines()
-    header = [cell.strip() for cell in next(line for line in lines if line.startswith("| model | seed |")).strip("|").split("|")]
-    row = dict(zip(header, (cell.strip() for cell in next(line for line in lines if line.startswith("| Transformer | 1 |"))
-                            .strip("|").split("|"))))
-    assert row == {"model": "Transformer", "seed": "1", "CIDEr ↑": "0.500", "CHAIR_s ↓": "0.100", "CHAIR_i ↓": "0.200",
-                   "A@Attr ↑": "0.750", "A@Attr amb. circle ↑": "0.500", "A@Attr amb. other ↑": "0.000",
-                   "A@Attr clear ↑": "1.000", "red: amb. circle ↓": "1.000", "red: amb. other": "1.000",
-                   "star: circle ↓": "0.500", "star: no circle ↓": "0.000", "amb. circle words": "2"}
-    assert any(line.startswith("| Transformer | 2 | 0.450 ± 0.071 | 0.100 ± 0.000 |") for line in lines)  # seeds 1-2 of 3
+    assert cells(lines, "| model | seed |", "| Transformer | 1 |") == {
+        "model": "Transformer", "seed": "1", "beam": "1", "CIDEr ↑": "0.500", "CHAIR_s ↓": "0.100",
+        "CHAIR_i ↓": "0.200", "A@Attr ↑": "0.750", "A@Attr amb. circle ↑": "0.500", "A@Attr amb. other ↑": "0.000",
+        "A@Attr clear ↑": "1.000", "red: amb. circle ↓": "1.000", "red: amb. other": "1.000",
+        "star: circle ↓": "0.500", "star: no circle ↓": "0.000", "amb. circle words": "2"}
+    assert any(line.startswith("| Transformer | 2 | 2 | 0.400 | 0.100 |") for line in lines)  # seed 2's row
+    # seeds 1-2 of 3, the beam each chose
+    assert any(line.startswith("| Transformer | 2 | 1, 2 | 0.450 ± 0.071 | 0.100 ± 0.000 |") for line in lines)
     assert any(line.startswith("| Transformer+CATT (D#500) − Transformer | 2 | 0.100 ± 0.283 | 0.000 ± 0.000 |")
                for line in lines)
     assert f".venv/bin/vlattn --threads 1 data synth --out {data} --images 4 --seed 7 --val 1 --test 2 --confound " \
            "red:circle --confound-p 0.9" in lines
     assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 2 --variants base catt" in lines
+
+
+def test_only_runs_decoded_as_asked_are_tabulated(tmp_path: Path) -> None:
+    """catt-s2 was decoded at a fixed beam 3, the others at the beam chosen on val: each decoding's table holds only
+    its own runs, and a fixed beam is part of the command that reproduces the table."""
+    data, runs = bias_runs(tmp_path, {"base-s1": 1, "base-s2": 2, "catt-s1": 2, "catt-s2": None})
+    common = ("--data", str(data), "--runs", str(runs), "--seeds", "1", "2", "--variants", "base", "catt",
+              "--collect-only", "--no-write")
+    auto = driver(*common).splitlines()
+    assert any(line.startswith("| Transformer+CATT (D#500) | 1 | 2 | 0.400 |") for line in auto)
+    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 --variants catt" in auto
+    fixed = driver(*common, "--beam-size", "3").splitlines()
+    assert any(line.startswith("| Transformer+CATT (D#500) | 1 | 3 | 0.700 |") for line in fixed)
+    assert not any(line.startswith("| Transformer |") for line in fixed)
+    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 2 --variants catt " \
+           "--beam-size 3" in fixed
+
+
+def test_a_run_decoded_otherwise_is_not_trained_again(tmp_path: Path) -> None:
+    data, runs = bias_runs(tmp_path, {"base-s1": 1, "base-s2": 2, "catt-s1": 1, "catt-s2": 1})
+    planned = driver("--data", str(data), "--runs", str(runs), "--seeds", "1", "2", "3", "--variants", "base",
+                     "--beam-size", "1", "--dry-run").splitlines()
+    assert [Path(shlex.split(line)[shlex.split(line).index("--out") + 1]).name for line in planned] == ["base-s3"]
+
+
+@pytest.mark.parametrize("value", ["0", "wide", "-1", "2.5"])
+def test_a_bad_beam_size_is_a_usage_error(value: str) -> None:
+    done = subprocess.run([*DRIVER, "--data", "d", "--runs", "r", "--beam-size", value, "--dry-run"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"argument --beam-size: expected auto or a whole number >= 1, got '{value}'" in done.stderr
