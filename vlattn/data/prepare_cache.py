@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlattn.data.npz_cache import READ_ERRORS, has_format, npz_meta
 from vlattn.errors import DataError, VlattnError
 from vlattn.io import atomic_path, content_hash
 
 FORMAT, VERSION = "vlattn-prepare-cache", 1
-_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError, json.JSONDecodeError, zipfile.BadZipFile)
 
 Computed = tuple[np.ndarray, dict[str, Any]]  # (result array, its JSON-able metadata)
 
@@ -40,20 +39,9 @@ def entry_path(cache_dir: Path, name: str, key: Any) -> tuple[Path, str]:
     return cache_dir / f"{name}-{digest[:20]}.npz", digest
 
 
-def _meta(data: np.lib.npyio.NpzFile) -> dict[str, Any]:
-    meta = json.loads(str(data["meta"]))
-    return meta if isinstance(meta, dict) else {}
-
-
 def written_by_vlattn(path: Path) -> bool:
     """Whether ``path`` is a regular file (not a symbolic link) holding this cache's format tag, of any version."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return _meta(data).get("format") == FORMAT
-    except _READ_ERRORS:
-        return False
+    return has_format(path, FORMAT)
 
 
 def _read(path: Path, digest: str) -> tuple[np.ndarray, dict[str, Any], torch.Tensor] | None:
@@ -62,11 +50,11 @@ def _read(path: Path, digest: str) -> tuple[np.ndarray, dict[str, Any], torch.Te
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
-            meta = _meta(data)
+            meta = npz_meta(data)
             if meta.get("format") != FORMAT or meta.get("version") != VERSION or meta.get("key") != digest:
                 return None
             return data["array"].copy(), dict(meta["result"]), torch.from_numpy(data["generator_state"].copy())
-    except _READ_ERRORS:
+    except READ_ERRORS:
         return None
 
 
