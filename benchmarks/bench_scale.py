@@ -4,13 +4,18 @@ Generates the workload of benchmarks/scale_workload.py (COCO shapes, random valu
 afterwards unless ``--keep``), then measures, side by side in one run, the sections named by ``--sections``:
 
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
-  with their references; VQA: batch 64 of questions) for each store format, the memmap store read item by item
-  (``memmap-items``: without the batch read-ahead of vlattn's datasets and training loop) and the released M2 code's HDF5
+  with their references; VQA: batch 64 of questions) for each store format, the memmap store as the training loop
+  reads it (``memmap``: XE and SCST items in the store's float16, each batch written in a worker straight into
+  shared memory), the
+  memmap store in float32 (``memmap-float32``: float32 items, each batch built in the worker's private memory and
+  copied into shared memory when sent), read item by item (``memmap-items``: without the batch read-ahead of
+  vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run) and warm (every file read once before). The rate counts
-  the batches after the first (worker start-up excluded). Stores are read without vlattn's region cache. Beside
-  them, the disk's rates in the same run: sequential (8 MiB reads) and random reads of one image's float16
+  the batches after the first (worker start-up excluded), each taken by the main process as a CUDA training loop
+  takes it (its tensors copied into buffers reused from batch to batch, as ``pin_memory`` does). Stores are read
+  without vlattn's region cache. Beside them, the disk's rates in the same run: sequential (8 MiB reads) and random reads of one image's float16
   features (200 KiB at COCO shapes) one at a time and 32 in flight; and each store's bytes per image.
 - ``memory``: peak proportional (PSS) anonymous memory, i.e. besides the page cache, of the main process and of
   each DataLoader worker through an XE epoch (``--memory-batches`` > 0: that many batches) of the training
@@ -21,9 +26,10 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
   its first training record
   (the first step included), with the caches in the data directory absent and then present; and the phases
   (reading captions, vocabulary, fingerprints, word counts, document frequencies) timed in one process.
-- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap (its default ``--jobs``: the usable CPUs),
-  MB/s of TSV read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB
-  reads), and the peak RSS of its largest process.
+- ``convert``: ``vlattn data convert`` of the bottom-up TSV to memmap with each ``--convert-jobs``, and the block
+  pipeline converting to the other formats runs (blocks parsed by 2 processes, written by the main one), MB/s of TSV
+  read against the disk's sequential read rate measured in the same run (the TSV read cold with 8 MiB reads), and
+  the peak RSS of the largest process.
 - ``eval``: ``vlattn eval`` of a two-step checkpoint of ``--preset`` on the test split at each ``--beams`` size:
   images/s, and the metrics' share of the time (the predictions it wrote scored again alone).
 
@@ -47,7 +53,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import zlib
@@ -168,16 +173,38 @@ def batches_of(num_items: int, batch: int, count: int, seed: int) -> list[list[i
     return [order[i : i + batch] for i in range(0, len(order), batch)]
 
 
+class Staging:
+    """What the main process of a CUDA training loop does with each batch before the GPU takes it: its tensors
+    copied into page-locked buffers that torch's pinned-memory allocator reuses from batch to batch (the DataLoader's
+    ``pin_memory``); then the copy to the GPU runs asynchronously and float16 features are widened there
+    (``batch_to_device``). Without CUDA: ordinary buffers, reused the same way."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[Any, torch.Tensor] = {}
+
+    def __call__(self, batch: Any) -> None:
+        tensors = batch.items() if isinstance(batch, dict) else enumerate(batch)
+        for key, value in tensors:
+            if not torch.is_tensor(value):
+                continue
+            buffer = self.buffers.get(key)
+            if buffer is None or buffer.dtype != value.dtype or buffer.numel() < value.numel():
+                buffer = self.buffers[key] = torch.empty(value.numel(), dtype=value.dtype)
+            buffer[: value.numel()].view(value.shape).copy_(value)
+
+
 def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches: int, seed: int) -> float:
-    """Items per second through a DataLoader of random batches, timed from the first batch's arrival."""
+    """Items per second through a DataLoader of random batches, timed from the first batch's arrival, each batch
+    taken by the main process as a CUDA training loop takes it (:class:`Staging`)."""
     from vlattn.data.regions import BatchReadahead, ReadaheadBatches
 
     chosen = batches_of(len(dataset), batch, batches + 1, seed)  # type: ignore[arg-type]
     # vlattn's datasets are read as the training loop reads them: the next batch hinted while this one is read
     sampler = ReadaheadBatches(chosen, dataset) if isinstance(dataset, BatchReadahead) else chosen
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
-    items, start = 0, 0.0
-    for index, _ in enumerate(loader):
+    items, start, stage = 0, 0.0, Staging()
+    for index, out in enumerate(loader):
+        stage(out)
         if index == 0:
             start = time.perf_counter()
         else:
@@ -200,7 +227,7 @@ class ItemByItem(Dataset):
 
 def source_path(args: argparse.Namespace, fmt: str) -> Path:
     """The store a loader variant reads."""
-    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap"}.get(fmt, fmt))
+    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap", "memmap-float32": "memmap"}.get(fmt, fmt))
 
 
 def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> dict[str, float]:
@@ -233,17 +260,30 @@ def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> d
     return out
 
 
-def batch_share_ms(args: argparse.Namespace, repeats: int = 10) -> float:
-    """Milliseconds to move one XE batch's features (50 x regions x dim float32) into shared memory, what a
-    DataLoader worker does with every batch it hands to the main process (median of ``repeats``)."""
-    batch = torch.rand(50, args.regions, args.dim)
-    times = []
-    for _ in range(repeats):
-        copy = batch.clone()
-        start = time.perf_counter()
-        copy.share_memory_()
-        times.append((time.perf_counter() - start) * 1e3)
-    return round(statistics.median(times), 1)
+def hand_over_ms(args: argparse.Namespace, repeats: int = 10) -> dict[str, float]:
+    """Milliseconds per XE batch (50 images x regions x dim) of what a DataLoader worker and the main process do
+    with its features besides reading them (median of ``repeats``): ``float32_share``: a float32 batch built in
+    private memory moved into shared memory when sent (``share_memory_()``); ``float16_shared_write``: a float16
+    batch written straight into new shared memory (what vlattn's collation does in a worker); ``widen``: float16 ->
+    float32 in the main process (on a GPU, done there)."""
+    from vlattn.data.features.base import RegionFeatures
+    from vlattn.data.regions import pad_regions
+
+    single = torch.rand(50, args.regions, args.dim)
+    items = [RegionFeatures(row.half().numpy(), np.zeros((args.regions, 4), np.float32), 640, 480) for row in single]
+    half = single.half()
+    steps = {"float32_share": lambda: single.clone().share_memory_(),
+             "float16_shared_write": lambda: pad_regions(items, args.regions, shared=True),
+             "widen": lambda: half.float()}
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - start) * 1e3)
+        out[name] = round(statistics.median(times), 3)
+    return out
 
 
 def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
@@ -254,6 +294,8 @@ def bytes_per_image(args: argparse.Namespace, fmt: str) -> int:
 def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, Callable, int] | None:
     """``(dataset, collate, batch size)`` of ``task`` over the store of ``fmt`` (opened anew: nothing cached), or
     None when the variant has no such task (the anchor reads XE pairs only)."""
+    from functools import partial
+
     from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
     from vlattn.data.features import open_store
     from vlattn.data.karpathy import load_karpathy
@@ -269,10 +311,13 @@ def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, 
         pairs = [(e.image_id, vocab.encode(c, 20)) for e in train for c in e.captions]
         return (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50) if task == "xe" else None
     store = open_store(source_path(args, fmt))
+    stored = fmt != "memmap-float32"  # as the training loop reads XE and SCST items, or as it did before
     if task == "xe":
-        found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20), collate_train, 50)
+        found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20, stored_dtype=stored),
+                                                partial(collate_train, shared=None if stored else False), 50)
     elif task == "scst":
-        found = (CaptionEvalSet(train, store, 50), collate_eval, 50)
+        found = (CaptionEvalSet(train, store, 50, stored_dtype=stored),
+                 partial(collate_eval, shared=None if stored else False), 50)
     else:
         split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
         assert split.annotations is not None
@@ -302,8 +347,9 @@ def a100_bound(batch: int = 50) -> dict[str, Any]:
 
 
 def loader_variants(formats: list[str]) -> list[str]:
-    """The stores of ``--formats``, the memmap store item by item after it, the anchor last."""
-    return [name for fmt in formats for name in (fmt, *(["memmap-items"] if fmt == "memmap" else []))] + ["anchor"]
+    """The stores of ``--formats``, the memmap store in float32 and item by item after it, the anchor last."""
+    extra = ["memmap-float32", "memmap-items"]
+    return [name for fmt in formats for name in (fmt, *(extra if fmt == "memmap" else []))] + ["anchor"]
 
 
 def section_loader(args: argparse.Namespace) -> dict[str, Any]:
@@ -334,7 +380,7 @@ def section_loader(args: argparse.Namespace) -> dict[str, Any]:
                     del found, dataset
                     gc.collect()
     sizes = {fmt: bytes_per_image(args, fmt) for fmt in loader_variants(args.formats)}
-    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "batch_share_ms": batch_share_ms(args),
+    return {"rows": rows, "disk": disk, "bytes_per_image": sizes, "hand_over_ms": hand_over_ms(args),
             "a100": a100_bound()}
 
 
@@ -474,18 +520,22 @@ def train_command(args: argparse.Namespace, out: Path, *extra: str, preset: str 
             *extra]
 
 
-def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> float:
-    """Seconds from launching ``vlattn train`` to its first ``train`` record; the run is then stopped (SIGTERM: it
-    saves ``checkpoints/last`` after its second step, before any validation) and waited for."""
+def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -> tuple[float, float | None]:
+    """Seconds from launching ``vlattn train`` to its first ``train`` record, and to its ``prepare`` record (None
+    for a model without data-dependent initialisation); the run is then stopped (SIGTERM: it saves
+    ``checkpoints/last`` after its second step, before any validation) and waited for."""
     start = time.perf_counter()
     errors = out.with_name(f"{out.name}.log")
     errors.parent.mkdir(parents=True, exist_ok=True)
     with open(errors, "wb") as stderr:
         process = subprocess.Popen(train_command(args, out, preset=preset), stdout=subprocess.DEVNULL, stderr=stderr)
         log = out / "metrics.jsonl"
-        seconds = None
+        seconds = prepared = None
         while process.poll() is None:
-            if log.exists() and '"train"' in log.read_text():
+            text = log.read_text() if log.exists() else ""
+            if prepared is None and '"prepare"' in text:
+                prepared = time.perf_counter() - start
+            if '"train"' in text:
                 seconds = time.perf_counter() - start
                 process.send_signal(signal.SIGTERM)
                 break
@@ -493,7 +543,7 @@ def first_step(args: argparse.Namespace, out: Path, preset: str | None = None) -
         process.wait()
     if seconds is None:
         raise RuntimeError(f"vlattn train ended before its first step: {errors.read_text()[-2000:]}")
-    return seconds
+    return seconds, prepared
 
 
 def phases(args: argparse.Namespace) -> dict[str, float]:
@@ -536,7 +586,9 @@ def section_startup(args: argparse.Namespace) -> dict[str, Any]:
         for label in ("no_cache", "cached"):
             out = runs / f"startup-{preset}-{label}"
             shutil.rmtree(out, ignore_errors=True)
-            row[f"first_step_s_{label}"] = round(first_step(args, out, preset), 1)
+            seconds, prepared = first_step(args, out, preset)
+            row[f"first_step_s_{label}"] = round(seconds, 1)
+            row[f"prepare_s_{label}"] = None if prepared is None else round(prepared, 1)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     return {"rows": rows, "phases": in_child(args, "phases")}
@@ -565,25 +617,35 @@ def peak_of(command: list[str], log: Path) -> tuple[float, float]:
     return seconds, peak_kb / 1024
 
 
-def section_convert(args: argparse.Namespace) -> dict[str, Any]:
-    from vlattn.data.features import MAX_JOBS
-    from vlattn.data.features.tsv_blocks import usable_cores
+_BLOCK_PIPELINE = ("import sys; from vlattn.data.features import TSVStore, write_memmap; "
+                   "write_memmap(sys.argv[2], TSVStore(sys.argv[1]).stream(jobs=int(sys.argv[3])))")
 
+
+def section_convert(args: argparse.Namespace) -> dict[str, Any]:
+    """Each conversion with the page cache dropped first, right after the disk's sequential rate on the TSV (page
+    cache dropped, 8 MiB reads: the virtual disk's rate drifts, so each run has its own): `vlattn data convert` with
+    each of ``--convert-jobs``, and the block pipeline (blocks of lines parsed by a pool, written by the main process:
+    what converting to the other formats runs) with 2 processes."""
     tsv = store_path(args, "tsv")
-    drop_cache(tsv)
-    size, seconds = read_all(tsv)
-    disk = size / seconds / 2**20
     out = Path(args.work) / "converted"
-    shutil.rmtree(out, ignore_errors=True)
-    drop_cache(tsv)
     vlattn = str(Path(sys.executable).with_name("vlattn"))
-    convert_s, rss = peak_of([vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format", "memmap"],
-                             data_root(args) / "convert.log")
-    shutil.rmtree(out)
-    convert = size / convert_s / 2**20
-    return {"tsv_mb": round(size / 2**20), "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-            "convert_mb_s": round(convert), "share_of_disk": round(convert / disk, 3), "peak_rss_mb": round(rss),
-            "processes": min(usable_cores(), MAX_JOBS)}
+    runs = {f"convert --jobs {jobs}": [vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format",
+                                       "memmap", "--jobs", str(jobs)] for jobs in args.convert_jobs}
+    runs["block pipeline, 2 processes"] = [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]
+    rows = []
+    for name, command in runs.items():
+        drop_cache(tsv)
+        size, seconds = read_all(tsv)
+        disk = size / seconds / 2**20
+        shutil.rmtree(out, ignore_errors=True)
+        drop_cache(tsv)
+        convert_s, rss = peak_of(command, data_root(args) / "convert.log")
+        shutil.rmtree(out)
+        rate = size / convert_s / 2**20
+        rows.append({"run": name, "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
+                     "convert_mb_s": round(rate), "share_of_disk": round(rate / disk, 3), "peak_rss_mb": round(rss)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return {"tsv_mb": round(tsv.stat().st_size / 2**20), "rows": rows}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -643,9 +705,9 @@ def md_loader(results: dict[str, Any]) -> str:
         cells = " | ".join(cell(fmt, task, cache, w) for cache, w in columns)
         lines.append(f"| {fmt} | {sizes[fmt] / 1000:.0f} | {task} | {cells} |")
 
-    def ratios(top: str, bottom: str) -> str:
-        return ", ".join(f"{w}w {rows[(top, 'xe', 'cold', w)] / rows[(bottom, 'xe', 'cold', w)]:.1f}x"
-                         for w in workers if (top, "xe", "cold", w) in rows and (bottom, "xe", "cold", w) in rows)
+    def ratios(top: str, bottom: str, cache: str = "cold") -> str:
+        return ", ".join(f"{w}w {rows[(top, 'xe', cache, w)] / rows[(bottom, 'xe', cache, w)]:.1f}x"
+                         for w in workers if (top, "xe", cache, w) in rows and (bottom, "xe", cache, w) in rows)
 
     disk = loader["disk"]
     depth = next(key for key in disk if key.startswith("random_qd") and key != "random_qd1_mb_s"
@@ -653,32 +715,49 @@ def md_loader(results: dict[str, Any]) -> str:
     deep = depth[len("random_"):-len("_mb_s")]
     a100 = loader["a100"]
     demand = round(50 * ASSUMED_TFLOPS * 1e12 / (a100["m2_xe_step_gflops"] * 1e9))
-    one = [f"{cache} {rows[('memmap', 'xe', cache, 1)]:,.0f}" for cache in caches if ('memmap', 'xe', cache, 1) in rows]
+    fp32 = a100["pairs_per_s_at_peak"]["fp32"]
+    hand = loader["hand_over_ms"]
+    one = {cache: rows[("memmap", "xe", cache, 1)] for cache in caches if ("memmap", "xe", cache, 1) in rows}
+    verdict = "; ".join(f"{cache} {rate:,.0f} pairs/s: {'feeds' if rate >= fp32 else 'does not feed'} the FP32-peak "
+                        f"rate ({rate / fp32:.0%} of it), {rate / demand:.0%} of the assumed BF16 rate"
+                        for cache, rate in one.items()) or "not measured"
+    pair_mb = sizes["memmap"] / 2**20
     return (f"{results['images']:,} images x {results['regions']} x {results['dim']} regions; median items/s of "
             f"{results.get('repeats', 1)} runs into batches (XE: 50 (image, caption) pairs; SCST: 50 images with "
             f"references; VQA: 64 questions) after the first batch, {'/'.join(map(str, workers))} DataLoader "
             "workers; cold: every file of the store dropped from the page cache with "
             "`posix_fadvise(POSIX_FADV_DONTNEED)` first, cells 'items/s (MB/s of store read)'; warm: every file "
-            "read once first. KB/image: the store's size over its images. `memmap`: vlattn's datasets read as its "
+            "read once first. The main process takes each batch as a CUDA training loop's does: its tensors copied into "
+            "buffers reused from batch to batch (the DataLoader's `pin_memory` into torch's cached page-locked memory; "
+            "the copy to the GPU and the widening of float16 features there cost it nothing more). KB/image: the "
+            "store's size over its images. `memmap`: vlattn's datasets read as its "
             "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
-            "this one is read); `memmap-items`: the same store read item by item (one synchronous read at a time); "
+            "this one is read; XE and SCST features handed over in the store's float16, written by the worker "
+            "straight into shared memory); `memmap-float32`: the same with float32 items, each batch built in the worker's "
+            "private memory and copied into shared memory when sent (the path before the float16 hand-over); "
+            "`memmap-items`: `memmap` read item by item (one synchronous read at a time); "
             "`anchor`: the released M2 code's access (HDF5 file "
             "opened per item, `f['%d_features' % id][()]`, float32, padded in float64).\n\n"
             + "\n".join(lines)
             + f"\n\nDisk, same run, page cache dropped: sequential {disk['sequential_mb_s']} MB/s (8 MiB reads); "
             f"random reads of one image's float16 features: one at a time {disk['random_qd1_mb_s']} MB/s "
             f"({disk['random_qd1_images_s']} images/s), {deep[2:]} in flight {disk[depth]} MB/s "
-            f"({disk[f'random_{deep}_images_s']} images/s). XE cold, memmap / anchor: {ratios('memmap', 'anchor')}; "
-            f"memmap / memmap-items: {ratios('memmap', 'memmap-items')}. A worker moves each batch into shared "
-            f"memory for the main process: {loader.get('batch_share_ms', '?')} ms per XE batch of float32 features "
-            "(`share_memory_()`, same run)."
+            f"({disk[f'random_{deep}_images_s']} images/s). XE, memmap / memmap-float32: cold "
+            f"{ratios('memmap', 'memmap-float32')}; warm {ratios('memmap', 'memmap-float32', 'warm') or '-'}. XE "
+            f"cold, memmap / anchor: {ratios('memmap', 'anchor')}; memmap / memmap-items: "
+            f"{ratios('memmap', 'memmap-items')}. Per XE batch of features, same run: a float32 batch moved into "
+            f"shared memory {hand['float32_share']:.1f} ms (`share_memory_()`), a float16 batch written straight into "
+            f"new shared memory {hand['float16_shared_write']:.1f} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
+            f"pairs/s per worker for that write alone: new shared pages cost their page faults); widened to float32 "
+            f"on the CPU {hand['widen']:.1f} ms (what `batch_to_device` does when training on the CPU)."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
             "published large-model utilisation on A100 is 52% of peak, Narayanan et al. 2021, Megatron-LM, and a "
-            f"d=512 model at batch 50 reaches less) it consumes {demand:,} pairs/s; at the FP32 peak without tensor "
-            f"cores (19.5 TFLOPS) {a100['pairs_per_s_at_peak']['fp32']:,}. One memmap worker here, XE: "
-            f"{', '.join(one) or 'not measured'} pairs/s.")
+            f"d=512 model at batch 50 reaches less) it consumes {demand:,} pairs/s, {demand * pair_mb:,.0f} MB/s of "
+            f"float16 features when cold (each pair reads its image's {sizes['memmap'] / 1000:.0f} KB; the disk above "
+            f"reads {disk['sequential_mb_s']} MB/s sequentially); at the FP32 peak without tensor cores (19.5 TFLOPS) "
+            f"{fp32:,}. One memmap worker here, XE: {verdict}.")
 
 
 def md_memory(results: dict[str, Any]) -> str:
@@ -706,22 +785,35 @@ def md_memory(results: dict[str, Any]) -> str:
 def md_startup(results: dict[str, Any]) -> str:
     startup = results["startup"]
     phases = ", ".join(f"{name} {seconds} s" for name, seconds in startup["phases"].items())
-    lines = ["| preset | no caches in the data directory (s) | caches present (s) |", "|---|---|---|"]
-    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} |" for r in startup["rows"]]
-    return (f"`vlattn train --config PRESET` on CPU, {results['images']:,} images: seconds from launch to the first "
-            "training record (the first step included; a CATT preset's k-means dictionaries included)\n\n"
-            + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
+    lines = ["| preset | no caches in the data directory (s) | caches present (s) | of which to the `prepare` record "
+             "(s): without / with caches |", "|---|---|---|---|"]
+    lines += [f"| {r['preset']} | {r['first_step_s_no_cache']} | {r['first_step_s_cached']} | "
+              + (f"{r['prepare_s_no_cache']} / {r['prepare_s_cached']}" if r.get("prepare_s_no_cache") else "-")
+              + " |" for r in startup["rows"]]
+    return (f"`vlattn train --config PRESET` on CPU (the whole machine), {results['images']:,} images: seconds from "
+            "launch to the first training record (the first step included) and to the `prepare` record (a CATT "
+            "preset's k-means dictionaries: the image dictionary over 100,000 training regions, the word "
+            "dictionary; over a sparse store's identical zero regions the image k-means is faster than over real "
+            "features). Caches in the data directory (`<data root>/cache/`): the parsed Karpathy file with its "
+            "captions' fingerprint, and a CATT preset's k-means dictionaries (keyed by what they are fitted on, the "
+            "settings and the seed); the vocabulary is counted and the training captions encoded by C-level loops, "
+            "not cached.\n\n" + "\n".join(lines) + f"\n\nPhases in one process: {phases}.")
 
 
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
+    lines = ["| run | disk sequential read just before (MB/s) | seconds | convert (MB/s of TSV) | share of the disk rate | "
+             "peak RSS (MB) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['disk_read_mb_s']} | {r['convert_s']} | {r['convert_mb_s']} | {r['share_of_disk']:.0%} "
+              f"| {r['peak_rss_mb']} |" for r in c["rows"]]
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap, page cache dropped first; the TSV "
-            f"parsed by {c['processes']} forked processes (`--jobs`, default: the usable CPUs) while the main process "
-            "reads and writes. Peak RSS: of the largest process.\n\n"
-            "| disk sequential read (MB/s) | convert (MB/s of TSV) | share of the disk rate | seconds | peak RSS (MB) |"
-            f"\n|---|---|---|---|---|\n| {c['disk_read_mb_s']} | {c['convert_mb_s']} | {c['share_of_disk']:.0%} | "
-            f"{c['convert_s']} | {c['peak_rss_mb']} |")
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap; before each run the disk's "
+            "sequential read rate on the TSV (page cache dropped, 8 MiB reads), then the run with the page cache "
+            "dropped again. `convert --jobs N`: N processes each read a chunk of the file, parse it and write its "
+            "rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines read by the "
+            "main process, parsed by a pool of 2, written by the main process (what converting to the other formats "
+            "runs). Seconds: the whole command, start-up included. Peak RSS: of the largest process.\n\n"
+            + "\n".join(lines))
 
 
 def md_eval(results: dict[str, Any]) -> str:
@@ -756,8 +848,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
             if results["sparse"]:
                 text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
                          "without disk I/O).")
-            paragraphs = [p if p.startswith("|") else textwrap.fill(p, 120) for p in text.split("\n\n")]
-            write_section(heading, "\n\n".join(paragraphs) + f"\n\nCommand: `{command}`")
+            write_section(heading, text + f"\n\nCommand: `{command}`")  # a paragraph a line: RESULTS.md stays short
 
 
 # --- command line -------------------------------------------------------------------------------------------------
@@ -779,6 +870,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--preset", default="m2", help="config of the eval section (and of start-up by default)")
     parser.add_argument("--startup-presets", default=None, help="comma-separated configs of the start-up section")
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
+    parser.add_argument("--convert-jobs", default="1,2", help="`vlattn data convert --jobs` of the convert section")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
@@ -792,6 +884,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.formats = [f for f in args.formats.split(",") if f]
     args.workers = [int(w) for w in args.workers.split(",")]
     args.beams = [int(b) for b in args.beams.split(",")]
+    args.convert_jobs = [int(j) for j in args.convert_jobs.split(",")]
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.caches = [c for c in args.caches.split(",") if c]
     args.startup_presets = (args.startup_presets or args.preset).split(",")

@@ -34,13 +34,16 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     assert results["split"] == [36, 2, 2]
     rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
     expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
-    expected |= {("memmap-items", c, t, w) for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
+    expected |= {(f, c, t, w) for f in ("memmap-items", "memmap-float32") for c in ("cold", "warm")
+                 for t in ("xe", "scst", "vqa") for w in (0, 1)}
     expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
     assert set(rows) == expected and all(rate > 0 for rate in rows.values())
     sizes = results["loader"]["bytes_per_image"]
-    assert sizes["memmap"] == sizes["memmap-items"] >= 6 * 32 * 2 + 6 * 16  # float16 features and float32 boxes
+    # float16 features and float32 boxes
+    assert sizes["memmap"] == sizes["memmap-items"] == sizes["memmap-float32"] >= 6 * 32 * 2 + 6 * 16
     assert sizes["anchor"] == sizes["m2-hdf5"] >= 6 * 32 * 4 + 6 * 16  # float32 features and boxes
-    assert results["loader"]["batch_share_ms"] > 0
+    assert set(results["loader"]["hand_over_ms"]) == {"float32_share", "float16_shared_write", "widen"}
+    assert all(ms > 0 for ms in results["loader"]["hand_over_ms"].values())
     disk = results["loader"]["disk"]
     assert set(disk) == {"sequential_mb_s", "random_qd1_mb_s", "random_qd1_images_s", "random_qd32_mb_s",
                          "random_qd32_images_s"} and all(value > 0 for value in disk.values())
@@ -51,7 +54,10 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     assert xe[1]["items"] == 2 * 50 and xe[0]["pairs"] == 36 * 5
     assert results["memory"]["cider_df"]["references"] == 36 * 5
     convert = results["convert"]
-    assert convert["disk_read_mb_s"] > 0 and convert["convert_s"] > 0 and convert["peak_rss_mb"] > 0
+    assert convert["tsv_mb"] >= 0 and all(row["disk_read_mb_s"] > 0 for row in convert["rows"])
+    assert [row["run"] for row in convert["rows"]] == ["convert --jobs 1", "convert --jobs 2",
+                                                       "block pipeline, 2 processes"]
+    assert all(row["convert_s"] > 0 and row["peak_rss_mb"] > 0 for row in convert["rows"])
 
 
 @pytest.mark.slow

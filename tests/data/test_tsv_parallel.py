@@ -1,7 +1,8 @@
-"""`vlattn data convert` of a bottom-up TSV parsed in blocks by a pool of processes
-(vlattn/data/features/tsv_blocks.py): the memmap store written is byte for byte the one written from the same
-regions directly, with any number of processes and any block size; a bad line is named with its file and line
-number (the first one in file order), exit 2, and nothing is written."""
+"""`vlattn data convert` of a bottom-up TSV by a pool of processes (vlattn/data/features/tsv_blocks.py: blocks
+parsed; vlattn/data/features/tsv_memmap.py: to memmap, chunks read, parsed and written by each process): the memmap
+store written is byte for byte the one written from the same regions directly, with any number of processes and any
+block or chunk size; a bad line is named with its file and line number (the first one in file order), exit 2, and
+nothing is written."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from vlattn.data.features import RegionFeatures, TSVStore, convert_store, write_memmap
-from vlattn.data.features import tsv_blocks
+from vlattn.data.features import tsv_blocks, tsv_memmap
 from vlattn.errors import DataError
 
 FILES = ("features.f16", "boxes.f32", "ids.npy", "offsets.npy", "sizes.npy", "meta.json")
@@ -54,17 +55,52 @@ def files_of(root: Path) -> dict[str, bytes]:
     return {name: (root / name).read_bytes() for name in FILES}
 
 
+def small_parts(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """Blocks and chunks of ``size`` bytes; a chunk's last line read on in steps of 16 bytes."""
+    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", size)
+    monkeypatch.setattr(tsv_memmap, "CHUNK_BYTES", size)
+    monkeypatch.setattr(tsv_memmap, "_EXTEND", 16)
+
+
 @pytest.mark.parametrize("block", [64, 700, 1 << 20])
-@pytest.mark.parametrize("jobs", [1, 3])
+@pytest.mark.parametrize("jobs", [1, 2, 3])
 def test_the_converted_store_is_byte_for_byte_a_direct_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, block: int
 ) -> None:
     items = images(20)
     (tmp_path / "f.tsv").write_text(tsv_text(items))
-    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", block)  # lines longer than a block, several per block, one block
+    small_parts(monkeypatch, block)  # lines longer than a block, several per block, one block
     assert convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=jobs) == 20
     write_memmap(tmp_path / "direct", items)
     assert files_of(tmp_path / "mm") == files_of(tmp_path / "direct")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_shards_convert_in_file_order_as_one_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    items = images(13)
+    (tmp_path / "tsv").mkdir()
+    (tmp_path / "tsv" / "a.tsv.0").write_text("\n".join(line(i, r) for i, r in items[:6]) + "\n")
+    (tmp_path / "tsv" / "a.tsv.1").write_text("\n\n" + "\n".join(line(i, r) for i, r in items[6:]))
+    small_parts(monkeypatch, 300)
+    assert convert_store(tmp_path / "tsv", tmp_path / "mm", "memmap", jobs=jobs) == 13
+    write_memmap(tmp_path / "direct", items)
+    assert files_of(tmp_path / "mm") == files_of(tmp_path / "direct")
+
+
+@pytest.mark.parametrize("size", [3, 4, 5, 11, 100])
+def test_a_chunk_holds_the_lines_that_start_in_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    data = b"ab\n\ncdefgh\nij"
+    (tmp_path / "f").write_bytes(data)
+    monkeypatch.setattr(tsv_memmap, "CHUNK_BYTES", size)
+    monkeypatch.setattr(tsv_memmap, "_EXTEND", 2)
+    found = []
+    with open(tmp_path / "f", "rb") as handle:
+        for chunk in tsv_memmap._chunks([tmp_path / "f"]):
+            text, first, base = tsv_memmap._chunk_bytes(handle.fileno(), chunk, len(data))
+            starts = [base + start for start, _ in tsv_memmap._lines(text, first)]
+            assert all(chunk.start <= start < chunk.end for start in starts)
+            found += [text[start:end] for start, end in tsv_memmap._lines(text, first)]
+    assert found == [b"ab", b"", b"cdefgh", b"ij"]  # every line once, in order, whatever the chunk size
 
 
 def test_blocks_are_whole_lines_numbered_from_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,18 +117,24 @@ def test_the_first_bad_line_in_file_order_is_named(tmp_path: Path, monkeypatch: 
     lines[17] = "\t".join([*fields[:4], "!!" + fields[4], fields[5]])  # bad base64 in a late block
     lines[25] = "not a tsv line"
     (tmp_path / "f.tsv").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", 256)
-    with pytest.raises(DataError, match=r"f\.tsv: item 'line 18 \(image 1119\)': field 'boxes' is not valid base64"):
+    small_parts(monkeypatch, 256)
+    message = r"f\.tsv: item 'line 18 \(image 1119\)': field 'boxes' is not valid base64"
+    with pytest.raises(DataError, match=message):
         list(TSVStore(tmp_path / "f.tsv", dim=5).stream(jobs=jobs))
+    with pytest.raises(DataError, match=message):
+        convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=jobs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.tsv"]
 
 
 def test_a_duplicate_id_in_another_block_names_both_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     items = images(12)
     lines = [line(i, r) for i, r in items] + [line(*items[2])]
     (tmp_path / "f.tsv").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", 300)
+    small_parts(monkeypatch, 300)
     with pytest.raises(DataError, match="image id 1014 on line 13 was already on f.tsv line 3"):
         list(TSVStore(tmp_path / "f.tsv").stream(jobs=2))
+    with pytest.raises(DataError, match="image id 1014 on line 13 was already on f.tsv line 3"):
+        convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=2)
 
 
 def test_a_bad_line_through_the_cli_is_one_line_exit_2_and_nothing_written(tmp_path: Path, vlattn_cli) -> None:
@@ -110,15 +152,15 @@ def test_a_bad_line_through_the_cli_is_one_line_exit_2_and_nothing_written(tmp_p
 def test_a_value_beyond_float16_is_refused_after_the_checks_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, duplicate: bool
 ) -> None:
-    """Features made float16 by the parsing processes: a value beyond its range is the writer's error naming the
-    image, unless the line is a duplicate id, which a sequential conversion reported first."""
+    """Features made float16 by the converting processes: a value beyond its range is the writer's error naming
+    the image, unless the line is a duplicate id, which a sequential conversion reported first."""
     items = images(16)
     big = RegionFeatures(items[11][1].features * 1000.0, items[11][1].boxes, 40, 30)  # up to ~1e5 > 65504
     assert np.abs(big.features).max() > 65504
     image_id = items[3][0] if duplicate else items[11][0]
     items[11] = (image_id, big)
     (tmp_path / "f.tsv").write_text("\n".join(line(i, r) for i, r in items) + "\n")
-    monkeypatch.setattr(tsv_blocks, "BLOCK_BYTES", 200)
+    small_parts(monkeypatch, 200)
     message = f"image id {image_id} on line 12 was already on f.tsv line 4" if duplicate else \
         f"item {image_id}: features are NaN/inf or exceed the float16 range"
     with pytest.raises(DataError, match=message):

@@ -8,7 +8,11 @@ Initialisation (``DictionaryOptions.init``):
 - ``kmeans`` (the paper, Sec. 3.2 and supplementary Sec. 9; the default): in the model's ``prepare`` hook (a fresh
   run only), k-means centres over the training region features (``sample`` regions of whole training images drawn
   in a seeded order) or over the word embeddings weighted by their counts in the training captions
-  (:mod:`vlattn.catt.kmeans`, scikit-learn);
+  (:mod:`vlattn.catt.kmeans`, scikit-learn). From :data:`CACHE_MIN_IMAGES` training images (image) or
+  :data:`CACHE_MIN_WORDS` words (word) on, the k-means is cached in the data root's ``cache/``
+  (:mod:`vlattn.data.prepare_cache`), keyed by what it is fitted on (the store's content and the images; the
+  embeddings and counts), the settings and the seeded draw: a second run of the same configuration and seed reads
+  it instead of fitting again (another seed fits its own);
 - ``random``: U(0, 0.01), what the authors' released code does (it forces its k-means flag off and draws
   ``torch.rand(...) / 100``); Table 6's "w/o Init" ablation;
 - ``file``: the entries of a dictionary file written by ``vlattn catt dictionary`` (``path``, relative to the data
@@ -29,8 +33,11 @@ without) ``prepare``; the entries are exempt from weight decay.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -40,6 +47,9 @@ from torch.nn import functional as F
 from vlattn.catt.files import read_dictionary, resolve_dictionary_path
 from vlattn.catt.kmeans import stream_kmeans, weighted_kmeans
 from vlattn.config import MAX_SAMPLE, MAX_WIDTH, bounded
+from vlattn.data.cache_dir import CACHE_DIR
+from vlattn.data.features.identity import store_identity
+from vlattn.data.prepare_cache import cached, entry_path
 from vlattn.data.resources import PrepareResources
 from vlattn.errors import ConfigError, DataError
 
@@ -47,6 +57,11 @@ Source = Literal["image", "word"]
 RANDOM_SCALE = 0.01  # U(0, 0.01): the released code's torch.rand(...) / 100
 BUFFER_BYTES = 512 * 2**20  # regions held in memory for the k-means fit; further regions refine it in a stream
 CHUNK_ROWS = 8192  # regions per streamed k-means step
+# From this many training images on, an image dictionary's k-means is cached in the data root (its ``cache/``,
+# vlattn.data.prepare_cache): at COCO size it takes minutes, below this seconds, and a small data directory (the
+# synthetic set) stays as it was generated.
+CACHE_MIN_IMAGES = 10_000
+CACHE_MIN_WORDS = 5_000  # a word dictionary's k-means likewise, from this many words in the training text
 
 
 @dataclass
@@ -76,13 +91,19 @@ class FittedEntries:
     meta: dict[str, Any]
 
 
+def _draw_seed(generator: torch.Generator) -> int:
+    """The k-means seed, the first draw of a dictionary's ``prepare``."""
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+
+
 def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources, *, sample: int,
                 threads: int = 1) -> FittedEntries:
     """k-means centres for a ``source`` dictionary of ``size`` entries of ``dim`` features from the training data
-    in ``resources`` (randomness from ``resources.generator`` only). ``ConfigError`` when the data has no such
-    source or another width."""
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=resources.generator))
+    in ``resources`` (randomness from ``resources.generator`` only), read from the data root's cache at COCO size
+    (:data:`CACHE_MIN_IMAGES`, :data:`CACHE_MIN_WORDS`). ``ConfigError`` when the data has no such source or
+    another width."""
     label = f"the {source} dictionary ({size} x {dim})"
+    generator = resources.generator
     if source == "image":
         regions = resources.regions
         if regions is None:
@@ -90,18 +111,49 @@ def fit_entries(source: Source, size: int, dim: int, resources: PrepareResources
         if regions.dim != dim:
             raise ConfigError(f"{label}: k-means runs over the {regions.dim}-d training regions, not {dim}-d entries; "
                               "use init: random or a dictionary file of that width")
-        chunks = regions.stream(sample, resources.generator, CHUNK_ROWS)
-        result = stream_kmeans(chunks, size, seed, buffer_rows=BUFFER_BYTES // (4 * dim), threads=threads)
-        return FittedEntries(result.centres, {"source": source, "size": size, "dim": dim, "seed": seed,
-                                              "rows": result.rows, "buffered": result.buffered})
+        buffer_rows = BUFFER_BYTES // (4 * dim)
+
+        def fit_regions() -> tuple[np.ndarray, dict[str, Any]]:
+            seed = _draw_seed(generator)
+            result = stream_kmeans(regions.stream(sample, generator, CHUNK_ROWS), size, seed, buffer_rows=buffer_rows,
+                                   threads=threads)
+            return result.centres, {"source": source, "size": size, "dim": dim, "seed": seed, "rows": result.rows,
+                                    "buffered": result.buffered}
+
+        large = len(regions.image_ids) >= CACHE_MIN_IMAGES
+        return _fit(resources, large, lambda: [sample, CHUNK_ROWS, buffer_rows, store_identity(regions.store),
+                                               regions.image_ids, regions.max_regions], fit_regions, source, size, threads)
     embeddings, counts = resources.word_embeddings, resources.word_counts
     if embeddings is None or counts is None:
         raise ConfigError(f"{label}: k-means needs the word embeddings and word counts, which this task does not offer")
     if embeddings.shape[1] != dim:
         raise ConfigError(f"{label}: the word embeddings are {embeddings.shape[1]}-d")
-    entries = weighted_kmeans(embeddings.float().numpy(), counts.numpy(), size, seed, threads=threads)
-    return FittedEntries(entries, {"source": source, "size": size, "dim": dim, "seed": seed,
-                                   "words": int((counts > 0).sum()), "tokens": int(counts.sum())})
+    points, weights = embeddings.float().numpy(), counts.numpy()
+
+    def fit_words() -> tuple[np.ndarray, dict[str, Any]]:
+        seed = _draw_seed(generator)
+        return weighted_kmeans(points, weights, size, seed, threads=threads), {
+            "source": source, "size": size, "dim": dim, "seed": seed, "words": int((weights > 0).sum()),
+            "tokens": int(weights.sum())}
+
+    large = int((weights > 0).sum()) >= CACHE_MIN_WORDS
+    return _fit(resources, large, lambda: [_sha256(points), _sha256(weights)], fit_words, source, size, threads)
+
+
+def _sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def _fit(resources: PrepareResources, large: bool, inputs: Callable[[], list[Any]],
+         fit: Callable[[], tuple[np.ndarray, dict[str, Any]]], source: Source, size: int,
+         threads: int) -> FittedEntries:
+    """``fit()``, through the data root's cache when the data is ``large``: keyed by ``inputs()`` (what the fit
+    reads), the source, size, threads, scikit-learn's version and the generator's state before the fit."""
+    if resources.data_root is None or not large:
+        return FittedEntries(*fit())
+    key = [source, size, threads, version("scikit-learn"), *inputs(), _sha256(resources.generator.get_state().numpy())]
+    path, digest = entry_path(Path(resources.data_root) / CACHE_DIR, "catt-kmeans", key)
+    return FittedEntries(*cached(path, digest, resources.generator, fit))
 
 
 class GlobalDictionary(nn.Module):

@@ -1,5 +1,6 @@
 """The ``cache/`` directory vlattn writes into a data root (the parsed Karpathy file,
-:mod:`vlattn.data.karpathy_cache`; SCST's CIDEr-D document frequencies, :class:`~vlattn.metrics.CiderDocumentFrequency`)
+:mod:`vlattn.data.karpathy_cache`; SCST's CIDEr-D document frequencies, :class:`~vlattn.metrics.CiderDocumentFrequency`;
+CATT's k-means dictionaries, :mod:`vlattn.data.prepare_cache`)
 and which of it vlattn can prove it wrote: what ``vlattn data synth --overwrite`` may replace with the data set.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from vlattn.data import prepare_cache
 from vlattn.data.karpathy_cache import written_by_vlattn
 from vlattn.metrics import CiderDocumentFrequency
 
@@ -19,7 +21,7 @@ def _cache_vlattn_wrote(path: Path) -> bool:
     """A regular file (not a symbolic link) that reads back as one of vlattn's caches."""
     if path.is_symlink() or not path.is_file():
         return False
-    if written_by_vlattn(path):
+    if written_by_vlattn(path) or prepare_cache.written_by_vlattn(path):
         return True
     try:
         CiderDocumentFrequency.load(path)

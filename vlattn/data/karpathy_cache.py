@@ -23,7 +23,6 @@ import gc
 import hashlib
 import json
 import os
-import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +32,12 @@ import numpy as np
 
 from vlattn.data.karpathy import SPLITS, ImageEntry, captions_fingerprint, load_karpathy
 from vlattn.data.packed import flat_offsets
+from vlattn.data.npz_cache import READ_ERRORS, has_format, npz_meta
 from vlattn.errors import DataError, VlattnError
 from vlattn.io import atomic_path
 
 FORMAT, VERSION = "vlattn-karpathy-cache", 2
 MIN_BYTES = 8 << 20  # about 10k COCO images; below it the parse takes about a second at most
-_READ_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, UnicodeDecodeError,
-                json.JSONDecodeError, zipfile.BadZipFile)
 
 
 @dataclass
@@ -120,20 +118,9 @@ def save_entries(path: Path, parsed: ParsedSplitFile, source_sha256: str) -> Non
         np.savez(handle, **arrays)
 
 
-def _meta(data: np.lib.npyio.NpzFile) -> dict:
-    meta = json.loads(str(data["meta"]))
-    return meta if isinstance(meta, dict) else {}
-
-
 def written_by_vlattn(path: Path) -> bool:
     """Whether ``path`` is a regular file (not a symbolic link) holding this cache's format tag, of any version."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return _meta(data).get("format") == FORMAT
-    except _READ_ERRORS:
-        return False
+    return has_format(path, FORMAT)
 
 
 def read_entries(path: Path) -> tuple[str, ParsedSplitFile] | None:
@@ -143,7 +130,7 @@ def read_entries(path: Path) -> tuple[str, ParsedSplitFile] | None:
         return None
     try:
         with np.load(path, allow_pickle=False) as data, _gc_paused():
-            meta = _meta(data)
+            meta = npz_meta(data)
             if meta.get("format") != FORMAT or meta.get("version") != VERSION:
                 return None
             fingerprint = str(meta["captions_fingerprint"])
@@ -161,7 +148,7 @@ def read_entries(path: Path) -> tuple[str, ParsedSplitFile] | None:
             entries = [ImageEntry(image_id, SPLITS[split], name, captions[a:b], raw[a:b], folder)
                        for image_id, split, name, folder, a, b in
                        zip(ids, splits, names, folders, per_image[:-1], per_image[1:])]
-    except _READ_ERRORS:
+    except READ_ERRORS:
         return None
     return str(meta["source_sha256"]), ParsedSplitFile(entries, fingerprint)
 

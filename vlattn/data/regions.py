@@ -1,4 +1,12 @@
-"""Batching of variable-length region sets into padded tensors with a mask."""
+"""Batching of variable-length region sets into padded tensors with a mask.
+
+A DataLoader worker hands each batch to the main process through shared memory. :func:`pad_regions` writes the
+features of a batch straight into shared memory when it runs in a worker (one write; a batch built in private memory
+is copied there again when it is sent), and keeps them in the items' dtype: float16 when every item's features are
+(:func:`~vlattn.data.features.base.stored_regions`, a memmap store's dtype), half the bytes to write and hand over.
+:func:`batch_to_device` widens them to float32 where the batch is used (on the GPU when training there); float16 ->
+float32 is exact, so the widened batch equals the one built from float32 items bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +16,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
-from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.data.features.base import FeatureStore, RegionFeatures, stored_regions
 from vlattn.data.features.readahead import prefetch
 from vlattn.errors import DataError
 
 
-def pad_regions(items: list[RegionFeatures], max_regions: int) -> dict[str, torch.Tensor]:
+def pad_regions(items: list[RegionFeatures], max_regions: int, shared: bool | None = None) -> dict[str, torch.Tensor]:
     """Stack the regions of B images, keeping at most ``max_regions`` per image (the first ones:
     detectors emit regions sorted by confidence).
 
-    Returns ``features`` (B, N, D) float32, ``boxes`` (B, N, 4) float32, ``sizes`` (B, 2) float32
-    (width, height) and ``region_mask`` (B, N) bool (True = real region), where
-    N = min(max_regions, largest region count in the batch); padding is zero.
+    Returns ``features`` (B, N, D) float32 (float16 when every item's features are float16: see the module notes),
+    ``boxes`` (B, N, 4) float32, ``sizes`` (B, 2) float32 (width, height) and ``region_mask`` (B, N) bool
+    (True = real region), where N = min(max_regions, largest region count in the batch); padding is zero.
+    ``features`` lie in shared memory when ``shared`` (default: when called in a DataLoader worker).
     """
     if not items:
         raise DataError("cannot pad an empty batch of regions")
@@ -32,20 +41,42 @@ def pad_regions(items: list[RegionFeatures], max_regions: int) -> dict[str, torc
         raise DataError(f"images in one batch have different feature dimensions {sorted(dims)}")
     counts = [min(item.num_regions, max_regions) for item in items]
     batch, length, dim = len(items), max(counts), dims.pop()
-    features = np.zeros((batch, length, dim), dtype=np.float32)
+    half = all(item.features.dtype == np.float16 for item in items)
+    shared = get_worker_info() is not None if shared is None else shared
+    out = _empty((batch, length, dim), torch.float16 if half else torch.float32, shared)
+    features = out.numpy()
     boxes = np.zeros((batch, length, 4), dtype=np.float32)
     mask = np.zeros((batch, length), dtype=bool)
     for row, (item, count) in enumerate(zip(items, counts)):
         features[row, :count] = item.features[:count]
+        features[row, count:] = 0
         boxes[row, :count] = item.boxes[:count]
         mask[row, :count] = True
     sizes = np.asarray([(item.width, item.height) for item in items], dtype=np.float32)
     return {
-        "features": torch.from_numpy(features),
+        "features": out,
         "boxes": torch.from_numpy(boxes),
         "sizes": torch.from_numpy(sizes),
         "region_mask": torch.from_numpy(mask),
     }
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, shared: bool) -> torch.Tensor:
+    """An uninitialised tensor, in shared memory when ``shared``: allocated there directly (as torch's
+    ``default_collate`` does in a worker), not moved there by a copy when the batch is sent."""
+    if not shared:
+        return torch.empty(shape, dtype=dtype)
+    numel = int(np.prod(shape))
+    storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+def batch_to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The tensors of ``batch`` moved to ``device`` (non-blocking: from pinned memory the copy overlaps), float16
+    ones then widened to float32 there (features kept in the store's dtype: see the module notes); other values
+    as they are."""
+    moved = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+    return {k: v.float() if torch.is_tensor(v) and v.dtype == torch.float16 else v for k, v in moved.items()}
 
 
 def normalize_boxes(boxes: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
@@ -58,9 +89,10 @@ def normalize_boxes(boxes: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     return boxes / scale
 
 
-def first_regions(store: FeatureStore, image_id: int, max_regions: int) -> RegionFeatures:
-    """Regions of ``image_id`` cut to the first ``max_regions`` (datasets cut early, collation pads)."""
-    regions = store.get(image_id)
+def first_regions(store: FeatureStore, image_id: int, max_regions: int, stored: bool = False) -> RegionFeatures:
+    """Regions of ``image_id`` cut to the first ``max_regions`` (datasets cut early, collation pads); ``stored``:
+    the features in the store's dtype (:func:`~vlattn.data.features.base.stored_regions`), else float32."""
+    regions = stored_regions(store, image_id) if stored else store.get(image_id)
     if regions.num_regions <= max_regions:
         return regions
     return RegionFeatures(regions.features[:max_regions], regions.boxes[:max_regions], regions.width, regions.height)

@@ -19,10 +19,9 @@ from typing import Any, Protocol
 from torch import nn
 
 from vlattn.config import MAX_BATCH, MAX_LENGTH, MAX_VOCAB, Config, ModelConfig
-from vlattn.data.features import FeatureStore
 from vlattn.data.vocab import SPECIALS
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import MARKER, content_hash, new_id, read_marker, write_marker, writing
+from vlattn.io import MARKER, new_id, read_marker, write_marker, writing
 from vlattn.models.footprint import GIB, available_memory
 from vlattn.models.profile import grid_cells
 from vlattn.training.checkpoint import Checkpoint
@@ -163,10 +162,3 @@ def check_feature_dim(cfg: ModelConfig, store_dim: int | None) -> None:
             f"model.feature_dim={cfg.feature_dim} but the feature store holds {store_dim}-d regions; "
             f"set --set model.feature_dim={store_dim}"
         )
-
-
-def store_fingerprint(store: FeatureStore) -> str:
-    """:func:`content_hash` of a feature store's dimension, image ids and, for a store vlattn wrote, the random id
-    of its marker (its features written anew give another id; a copy keeps it)."""
-    marker = read_marker(Path(store.path))
-    return content_hash([store.dim, store.ids(), None if marker is None else marker.get("id")])

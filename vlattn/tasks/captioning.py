@@ -41,6 +41,7 @@ from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.identity import store_fingerprint
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.karpathy import ImageEntry, captions_fingerprint, require_split
@@ -73,7 +74,6 @@ from vlattn.tasks.base import (
     check_feature_dim,
     claim_output_dir,
     output_dir,
-    store_fingerprint,
 )
 from vlattn.tasks.beam_choice import BeamChoice, choose_beam_size, record_choice, recorded_choice
 from vlattn.training.checkpoint import Checkpoint, is_complete, load_checkpoint, load_weights
@@ -131,17 +131,18 @@ class CaptionData:
 
     def train_set(self) -> CaptionTrainSet:
         """One item per training (image, caption) pair (built on the first call: the objective reads its lengths, the
-        training loop its items)."""
+        training loop its items, with the features in the store's dtype: the loop widens them on its device)."""
         if self._train is None:
             cfg = self.config
             self._train = CaptionTrainSet(self.entries["train"], self.store, self.vocab, cfg.max_regions,
-                                          cfg.max_caption_len)
+                                          cfg.max_caption_len, stored_dtype=True)
         return self._train
 
-    def eval_set(self, split: str, limit: int = 0) -> CaptionEvalSet:
-        """One item per image of ``split`` (the first ``limit`` when > 0)."""
+    def eval_set(self, split: str, limit: int = 0, stored_dtype: bool = False) -> CaptionEvalSet:
+        """One item per image of ``split`` (the first ``limit`` when > 0); ``stored_dtype`` as for
+        :class:`CaptionEvalSet`."""
         entries = self.entries[split][:limit] if limit > 0 else self.entries[split]
-        return CaptionEvalSet(entries, self.store, self.config.max_regions)
+        return CaptionEvalSet(entries, self.store, self.config.max_regions, stored_dtype=stored_dtype)
 
     def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources:
         """Training regions, and the model's word embeddings with the training captions' word counts."""
@@ -364,7 +365,7 @@ SCST: Stage[CaptionData] = dataclasses.replace(
     name="scst",
     summary="self-critical sequence training on CIDEr-D, from --init weights",
     objective=_scst_objective,
-    train_set=lambda cfg, data: data.eval_set("train"),
+    train_set=lambda cfg, data: data.eval_set("train", stored_dtype=True),  # the training loop widens the features
     collate=collate_eval,
     schedule="train.scst_schedule",
     epochs="train.scst_epochs",

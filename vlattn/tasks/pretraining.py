@@ -40,6 +40,7 @@ from vlattn.config import Config, DataConfig, parse_options
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.identity import store_fingerprint
 from vlattn.data.features.labels import region_labels
 from vlattn.data.features.record import store_extractor
 from vlattn.data.karpathy import load_karpathy
@@ -48,7 +49,7 @@ from vlattn.data.regions import RegionSampler
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import ConfigError, DataError
-from vlattn.io import atomic_write_text
+from vlattn.io import atomic_write_text, content_hash
 from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import model_kind, without_initialisation
 from vlattn.models.footprint import check_footprint
@@ -60,9 +61,7 @@ from vlattn.tasks.base import (
     ProfileShapes,
     check_feature_dim,
     claim_output_dir,
-    content_hash,
     output_dir,
-    store_fingerprint,
 )
 from vlattn.tasks.pretrained import PRETRAINING as NAME
 from vlattn.tasks.vqa import read_split

@@ -44,6 +44,7 @@ from vlattn.config import Config, DataConfig
 from vlattn.data.features import open_store
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.features.identity import store_fingerprint
 from vlattn.data.features.record import store_extractor
 from vlattn.pixels.on_the_fly import extract_for_run
 from vlattn.data.regions import RegionSampler
@@ -65,7 +66,7 @@ from vlattn.data.vqa import (
 )
 from vlattn.errors import ConfigError, DataError
 from vlattn.data.jsonfiles import write_json
-from vlattn.io import atomic_write_text, finish_interrupted_swap
+from vlattn.io import atomic_write_text, content_hash, finish_interrupted_swap
 from vlattn.metrics.vqa import evaluate_vqa, normalize_answer
 from vlattn.layers.dropout import set_dropout_mask
 from vlattn.models import build_vqa_model, check_vqa_model_config
@@ -77,9 +78,7 @@ from vlattn.tasks.base import (
     ProfileShapes,
     check_feature_dim,
     claim_output_dir,
-    content_hash,
     output_dir,
-    store_fingerprint,
 )
 from vlattn.training.answers import answer_loss, answer_objective
 from vlattn.training.checkpoint import Checkpoint, load_checkpoint, load_weights

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from vlattn.data.regions import BatchReadahead, ReadaheadBatches
+from vlattn.data.regions import BatchReadahead, ReadaheadBatches, batch_to_device
 from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
 from vlattn.training.distributed import DistContext, average_gradients, broadcast_int, max_over_ranks
@@ -176,10 +176,6 @@ def _as_tuple(value: Any) -> Any:
     return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-
-
 class Trainer:
     """Runs one stage of training; records go to the :class:`RunLog` given to :meth:`fit`, checkpoints ``last``
     (every epoch, every ``checkpoint_every`` steps and when stopped by a signal) and ``best`` (best
@@ -293,7 +289,7 @@ class Trainer:
             group["lr"] = lr
         self.model.train()
         with autocast(self.options.precision, self.device):
-            loss, logs = self.objective(self.model, _to_device(batch, self.device))
+            loss, logs = self.objective(self.model, batch_to_device(batch, self.device))
         if not torch.isfinite(loss):
             raise TrainingDiverged(
                 f"stage {self.options.stage!r}: the loss is {loss.item()} at step {self.state.step} (epoch "

@@ -19,12 +19,13 @@ from tqdm import tqdm
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.hdf5 import M2HDF5Store, check_m2_destination, write_m2_hdf5
-from vlattn.data.features.memmap import META, MemmapStore, encode_regions, write_memmap
+from vlattn.data.features.memmap import META, MemmapStore, write_memmap
 from vlattn.data.features.npz import NpzDirStore, write_npz_dir
 from vlattn.data.features.selfcritical import BOX_UNITS, SelfCriticalStore, self_critical_parts
 from vlattn.data.features.storage import check_store_destination
 from vlattn.data.features.tsv import TSVStore, looks_like_tsv, shard_files
 from vlattn.data.features.tsv_blocks import usable_cores
+from vlattn.data.features.tsv_memmap import convert_tsv_memmap
 from vlattn.errors import DataError
 from vlattn.io import finish_interrupted_swap
 
@@ -169,7 +170,8 @@ def convert_store(
     appears only when complete; ``progress`` shows a bar on stderr. The destination must not be the source,
     nor contain it or lie inside it; with ``overwrite`` it replaces only a store vlattn wrote (see
     :mod:`vlattn.data.features.storage`). A TSV is parsed in ``jobs`` processes (default: the usable cores, at most
-    :data:`MAX_JOBS`; :mod:`.tsv_blocks`). Returns the image count.
+    :data:`MAX_JOBS`; :mod:`.tsv_blocks`; to memmap, each process also reads and writes its part:
+    :mod:`.tsv_memmap`). Returns the image count.
     """
     if format not in FORMATS:
         raise DataError(f"unknown feature format {format!r}; valid formats: {', '.join(FORMATS)}", path=dst)
@@ -181,8 +183,9 @@ def convert_store(
     with tqdm(total=total, desc=f"converting to {format}", unit="B" if by_bytes else "img", unit_scale=by_bytes,
               unit_divisor=1024, disable=not progress, dynamic_ncols=True) as bar:
         jobs = jobs if jobs is not None else min(usable_cores(), MAX_JOBS)
-        prepare = encode_regions if format == "memmap" else None  # float16 made by the parsing processes
-        items = store.stream(bar.update, jobs=jobs, prepare=prepare) if by_bytes else _counted(iter_regions(store), bar)
+        if by_bytes and format == "memmap":  # each process reads, parses and writes its own part of the file
+            return convert_tsv_memmap(store, dst, overwrite=overwrite, jobs=jobs, progress=bar.update)
+        items = store.stream(bar.update, jobs=jobs) if by_bytes else _counted(iter_regions(store), bar)
         return FORMATS[format](dst, items, overwrite=overwrite)
 
 

@@ -10,7 +10,9 @@ A store maps an integer image id to the detector regions of that image:
   float32 (bottom-up's attribute head; the memmap writer keeps them). :mod:`.labels` reads them back.
 
 Backends (M2's single HDF5 file, bottom-up ``.npz`` per image, the project's memory-mapped format)
-implement :class:`FeatureStore`. A missing id is always an error, never a substitute.
+implement :class:`FeatureStore`. A missing id is always an error, never a substitute. A store that holds its
+features in a narrower dtype may also offer ``get_stored(image_id)``: the same regions with the features in that
+dtype (float16 for the memmap layout), exactly ``get``'s once widened (:func:`stored_regions`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RegionFeatures:
-    """Regions of one image. ``features`` (N, D) float32, ``boxes`` (N, 4) float32 x1y1x2y2 pixels; a detector's
+    """Regions of one image. ``features`` (N, D) float32 (float16 from :func:`stored_regions`), ``boxes`` (N, 4) float32 x1y1x2y2 pixels; a detector's
     ``classes`` (N,) int64 and ``scores`` (N,) float32 when known, and its ``attributes`` (N,) int64 with their
     ``attribute_scores`` (N,) float32."""
 
@@ -66,3 +68,10 @@ class FeatureStore(Protocol):
         ...
 
     def __iter__(self) -> Iterator[int]: ...
+
+
+def stored_regions(store: FeatureStore, image_id: int) -> RegionFeatures:
+    """The regions of ``image_id`` with the features in the store's dtype: ``store.get_stored`` where the store has
+    it (float16 for a memmap store), else ``store.get`` (float32)."""
+    read = getattr(store, "get_stored", None)
+    return read(image_id) if read is not None else store.get(image_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from vlattn.data.features.base import FeatureStore, RegionFeatures
+from vlattn.data.features.base import FeatureStore, RegionFeatures, stored_regions
 from vlattn.data.features.labels import RegionLabels, region_labels
 from vlattn.data.features.readahead import prefetch
 
@@ -70,6 +70,13 @@ class CachedStore:
             self._regions[image_id] = regions
             self.cached_bytes += size
         return regions
+
+    def get_stored(self, image_id: int) -> RegionFeatures:
+        """:meth:`get`, except that an image this cache does not keep comes in the underlying store's dtype
+        (:func:`~.base.stored_regions`: float16 from a memmap store)."""
+        if image_id in self._regions or self.caching is not False:
+            return self.get(image_id)
+        return stored_regions(self.store, image_id)
 
     def prefetch(self, image_ids: Iterable[int]) -> None:
         """Hint the underlying store's read-ahead (:mod:`.readahead`) for the images not held in memory."""

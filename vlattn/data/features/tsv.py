@@ -25,9 +25,8 @@ import hashlib
 import json
 import os
 import re
-from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 import pybase64
@@ -47,11 +46,10 @@ LAYOUTS = {len(BOTTOM_UP): BOTTOM_UP, len(LXMERT): LXMERT}
 _ID = re.compile(rb"^(?:.*_)?(\d+)$")
 _SHARD = re.compile(r"^.+\.tsv(\.\d+)?$")
 _INDEX_VERSION = 1
-T = TypeVar("T")
 
 
 def decode_float32(
-    text: str | bytes, rows: int, name: str, *, columns: int | None = None, path: object, item: object
+    text: str | bytes | memoryview, rows: int, name: str, *, columns: int | None = None, path: object, item: object
 ) -> np.ndarray:
     """Base64 text of little-endian float32 values as a (rows, C) array; C is checked against ``columns``."""
     raw = decode_base64(text, name, path=path, item=item)
@@ -68,13 +66,13 @@ def decode_float32(
     return values.reshape(rows, -1)
 
 
-def decode_base64(text: str | bytes, name: str, *, path: object, item: object) -> bytes:
+def decode_base64(text: str | bytes | memoryview, name: str, *, path: object, item: object) -> bytes | bytearray:
     """The bytes of base64 ``text`` (the standard alphabet, no other characters): decoded with pybase64's SIMD
     decoder (about 40 times the standard library's rate, which was most of a TSV conversion's time); text it refuses
     goes to the standard library's decoder, which accepts exactly what it accepted before (e.g. excess padding) or
     names the problem."""
     try:
-        return pybase64.b64decode(text, validate=True)
+        return pybase64.b64decode_as_bytearray(text, validate=True)  # writable: arrays over it convert in place
     except (binascii.Error, ValueError):
         pass
     try:
@@ -212,19 +210,16 @@ class TSVStore(IndexedStore):
         return sum(f.stat().st_size for f in self.files)
 
     def stream(
-        self, progress: Callable[[int], None] | None = None, jobs: int = 1,
-        prepare: Callable[[RegionFeatures], T] | None = None,
-    ) -> Iterator[tuple[int, RegionFeatures | T]]:
+        self, progress: Callable[[int], None] | None = None, jobs: int = 1
+    ) -> Iterator[tuple[int, RegionFeatures]]:
         """Every image in file order, parsed in ``jobs`` processes (:mod:`.tsv_blocks`: blocks of whole lines, a
-        bounded number in memory) and, when given, passed through ``prepare`` there (e.g. a writer's encoding);
-        ``progress`` gets the bytes consumed.
+        bounded number in memory); ``progress`` gets the bytes consumed.
 
         An id seen twice is an error naming both lines.
         """
-        parse = self._parse if prepare is None else partial(_parse_prepared, self._parse, prepare)
         seen: dict[int, str] = {}
         for file in self.files:
-            for line_no, image_id, regions in parsed_lines(parse, file, jobs, progress):
+            for line_no, image_id, regions in parsed_lines(self._parse, file, jobs, progress):
                 if image_id in seen:
                     raise DataError(f"image id {image_id} on line {line_no} was already on {seen[image_id]}",
                                     path=file, item=image_id)
@@ -233,18 +228,22 @@ class TSVStore(IndexedStore):
 
     def _parse(self, line: bytes, file: Path, line_no: int) -> tuple[int, RegionFeatures]:
         """One line -> (image id, regions); errors name the file, the line and the id."""
-        parts = line.rstrip(b"\r\n").split(b"\t")
+        return self.parse_span(line, 0, len(line), file, line_no)
+
+    def parse_span(self, data: bytes, start: int, end: int, file: Path, line_no: int) -> tuple[int, RegionFeatures]:
+        """:meth:`_parse` of the line ``data[start:end]``, its fields read in place (no copy of the line)."""
+        parts = line_fields(data, start, end)
         names = LAYOUTS.get(len(parts))
         if names is None:
             raise DataError(f"line {line_no} has {len(parts)} tab-separated fields; expected 6 (bottom-up: "
                             f"{', '.join(BOTTOM_UP)}) or 10 (LXMERT)", path=file)
         fields = dict(zip(names, parts))
-        image_id = parse_image_id(parts[0], path=file, item=f"line {line_no}")
+        image_id = parse_image_id(bytes(parts[0]), path=file, item=f"line {line_no}")
         where = f"line {line_no} (image {image_id})"
         try:
-            count = int(fields["num_boxes"])
-            width = int(float(fields.get("image_w", fields.get("img_w", b""))))
-            height = int(float(fields.get("image_h", fields.get("img_h", b""))))
+            count = int(bytes(fields["num_boxes"]))
+            width = int(float(bytes(fields.get("image_w", fields.get("img_w", b"")))))
+            height = int(float(bytes(fields.get("image_h", fields.get("img_h", b"")))))
         except ValueError as err:
             raise DataError(f"non-numeric size or box count: {err}", path=file, item=where) from None
         boxes = decode_float32(fields["boxes"], count, "boxes", columns=4, path=file, item=where)
@@ -254,12 +253,17 @@ class TSVStore(IndexedStore):
                                       dim=self._expected_dim)
 
 
-def _parse_prepared(
-    parse: Callable[[bytes, Path, int], tuple[int, RegionFeatures]], prepare: Callable[[RegionFeatures], T],
-    line: bytes, file: Path, line_no: int,
-) -> tuple[int, T]:
-    image_id, regions = parse(line, file, line_no)
-    return image_id, prepare(regions)
+def line_fields(data: bytes, start: int, end: int) -> list[memoryview]:
+    """The tab-separated fields of the line ``data[start:end]`` without its trailing CR/LF characters, as views of
+    ``data``."""
+    while end > start and data[end - 1] in b"\r\n":
+        end -= 1
+    view, fields, at = memoryview(data), [], start
+    while (tab := data.find(b"\t", at, end)) >= 0:
+        fields.append(view[at:tab])
+        at = tab + 1
+    fields.append(view[at:end])
+    return fields
 
 
 # -- the offset index ------------------------------------------------------------------------------------
