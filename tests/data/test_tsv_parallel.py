@@ -7,6 +7,7 @@ nothing is written."""
 from __future__ import annotations
 
 import base64
+import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,29 @@ def test_the_first_bad_line_in_file_order_is_named(tmp_path: Path, monkeypatch: 
     with pytest.raises(DataError, match=message):
         convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=jobs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.tsv"]
+
+
+@pytest.mark.parametrize("read", ["stream", "convert"])
+def test_an_error_ends_the_workers_without_killing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       read: str) -> None:
+    """A worker killed while it hands a result back holds the result queue's lock for ever, and a pool's teardown
+    then waits on that lock: stopping early must let the workers leave on their own."""
+    lines = [line(i, r) for i, r in images(60)]
+    lines[4] = "not a tsv line"  # an error early in a file of many blocks, while later ones are being parsed
+    (tmp_path / "f.tsv").write_text("\n".join(lines) + "\n")
+    small_parts(monkeypatch, 256)
+    killed = []
+    for name in ("terminate", "kill"):
+        original = getattr(multiprocessing.process.BaseProcess, name)
+        monkeypatch.setattr(multiprocessing.process.BaseProcess, name,
+                            lambda process, original=original, name=name: (killed.append(name), original(process)))
+    with pytest.raises(DataError, match=r"f\.tsv: line 5 has 1 tab-separated fields"):
+        if read == "stream":
+            list(TSVStore(tmp_path / "f.tsv", dim=5).stream(jobs=2))
+        else:
+            convert_store(tmp_path / "f.tsv", tmp_path / "mm", "memmap", jobs=2)
+    assert killed == []
+    assert multiprocessing.active_children() == []
 
 
 def test_a_duplicate_id_in_another_block_names_both_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,11 +10,12 @@ An error of any line is raised when the stream reaches that line, as a sequentia
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
+
+from vlattn.data.features.forked import forked_workers
 
 BLOCK_BYTES = 8 << 20  # about 15 COCO images (50 regions x 2048 float32 as base64) per task
 Parsed = list[tuple[int, int, Any]]  # (line number, image id, what the parser made of it) of each non-blank line
@@ -84,11 +85,10 @@ def parsed_lines(
             if progress is not None:
                 progress(len(block))
         return
-    with multiprocessing.get_context("fork").Pool(jobs, initializer=_set_parser, initargs=(parse,)) as pool:
+    with forked_workers(jobs, _set_parser, (parse,)) as workers:
         pending: deque = deque()
-        source = blocks(file)
-        for block, first_line in source:
-            pending.append((len(block), pool.apply_async(_parse_in_worker, (file, block, first_line))))
+        for block, first_line in blocks(file):
+            pending.append((len(block), workers.submit(_parse_in_worker, file, block, first_line)))
             if len(pending) >= 2 * jobs:
                 yield from _take(pending, progress)
         while pending:
@@ -97,6 +97,6 @@ def parsed_lines(
 
 def _take(pending: deque, progress: Callable[[int], None] | None) -> Iterator[tuple[int, int, Any]]:
     size, result = pending.popleft()
-    yield from result.get()  # a worker's DataError is raised here, in file order
+    yield from result.result()  # a worker's DataError is raised here, in file order
     if progress is not None:
         progress(size)

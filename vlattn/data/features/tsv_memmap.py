@@ -29,6 +29,7 @@ from typing import Callable, Iterator, NoReturn
 import numpy as np
 import torch
 
+from vlattn.data.features.forked import forked_workers
 from vlattn.data.features.memmap import _BOXES, _FEATURES, EncodedRegions, _MemmapWriter, check_half, encode_regions
 from vlattn.data.features.readahead import will_need
 from vlattn.data.features.storage import atomic_dir
@@ -240,9 +241,8 @@ def convert_tsv_memmap(
                 with _one_thread():
                     _collect(job, writer, chunks, (_convert_chunk(job, chunk) for chunk in chunks), progress)
             else:
-                context = multiprocessing.get_context("fork")
-                with context.Pool(jobs, initializer=_set_job, initargs=(job,)) as pool:
-                    _collect(job, writer, chunks, pool.imap(_convert_in_worker, chunks), progress)
+                with forked_workers(jobs, _set_job, (job,)) as workers:
+                    _collect(job, writer, chunks, workers.map(_convert_in_worker, chunks), progress)
         writer.dim = store.dim if writer.ids else None
         writer.finish()
     return len(writer.ids)
