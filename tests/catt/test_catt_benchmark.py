@@ -70,8 +70,11 @@ def test_transformer_variants_build_what_their_rows_name(commands, key: str) -> 
     cfg, model = built(commands, f"{key}-s1")
     assert cfg.model.kind == kind and (cfg.model.d_model, cfg.model.encoder_layers) == (128, 2)
     assert (cfg.train.seed, cfg.train.epochs) == (1, 6)
-    # like for like: the dropout of the baseline Transformer, none on the attention weights
-    assert (cfg.model.dropout, cfg.model.attention_dropout) == (built(commands, "base-s1")[0].model.dropout, None)
+    # like for like: the dropout (and its masks) and the batching of the baseline Transformer, none on the attention
+    # weights
+    base = built(commands, "base-s1")[0]
+    assert (cfg.model.dropout, cfg.model.attention_dropout) == (base.model.dropout, None)
+    assert (cfg.model.dropout_mask, cfg.train.length_buckets) == (base.model.dropout_mask, base.train.length_buckets)
     if image is None:
         assert not any(name.endswith("dictionary.entries") for name, _ in model.named_parameters())
         return
