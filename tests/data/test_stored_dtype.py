@@ -13,9 +13,12 @@ from torch.utils.data import DataLoader
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import MemmapStore, RegionFeatures, write_memmap
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.handover import SharedBatches
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.regions import batch_to_device, pad_regions
 from vlattn.data.vocab import Vocabulary
+from vlattn.data.vqa import Annotation, Question, VQADataset, collate_vqa
+from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
 
 DIM = 8
@@ -87,6 +90,31 @@ def test_stored_eval_batches_widen_to_the_float32_batches(written) -> None:
     assert torch.equal(bits(widened["features"]), bits(batches[0]["features"]))
     assert widened["references"] == batches[0]["references"] == [["A cube", "Red"]] * 6
     assert np.array_equal(widened["features"].numpy(), expected_features(values, list(COUNTS), 3))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("zero_image", [False, True])
+def test_stored_vqa_batches_widen_to_the_float32_batches(written, workers: int, zero_image: bool) -> None:
+    store, values = written
+    questions = [Question(n, image_id, "what is red") for n, image_id in enumerate([*COUNTS, *COUNTS])]
+    humans = ["red"] * 6 + ["cube"] * 4
+    annotations = {q.question_id: Annotation(q.question_id, q.image_id, "what", "other", "red", humans) for q in questions}
+    answers = AnswerVocabulary.build(["red", "cube"], top_k=2)
+    loaders = {stored: DataLoader(VQADataset(questions, annotations, store, VOCAB, answers, max_regions=4,
+                                             zero_image=zero_image, stored_dtype=stored),
+                                  batch_size=5, collate_fn=SharedBatches(collate_vqa), num_workers=workers)
+               for stored in (False, True)}
+    plain, half = list(loaders[False]), list(loaders[True])
+    assert len(plain) == len(half) == 3
+    for before, after in zip(plain, half):
+        assert before["features"].dtype == torch.float32 and after["features"].dtype == torch.float16
+        widened = batch_to_device(after, CPU)
+        assert widened.keys() == before.keys()
+        for key in before:
+            assert widened[key].dtype == before[key].dtype and torch.equal(bits(widened[key]), bits(before[key])), key
+        want = expected_features(values, before["image_ids"].tolist(), 4)
+        want = np.zeros_like(want) if zero_image else want
+        assert np.array_equal(widened["features"].numpy().view(np.int32), want.view(np.int32))
 
 
 def test_get_stored_checks_what_get_checks(written) -> None:
