@@ -60,15 +60,9 @@ def expected_features(values: dict[int, np.ndarray], image_ids: list[int], max_r
     return out
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, workers: int) -> None:
-    store, values = written
-    loaders = {
-        stored: DataLoader(CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=4, max_len=5, stored_dtype=stored),
-                           batch_size=5, collate_fn=collate_train, num_workers=workers)
-        for stored in (False, True)
-    }
-    plain, half = list(loaders[False]), list(loaders[True])
+def assert_widen_to(plain: list[dict], half: list[dict], values: dict[int, np.ndarray], zero: bool = False) -> None:
+    """The float16 batches ``half`` widen to the float32 batches ``plain`` bit for bit, whose features are the
+    stored values (zeros when ``zero``)."""
     assert len(plain) == len(half) == 3
     for before, after in zip(plain, half):
         assert before["features"].dtype == torch.float32 and after["features"].dtype == torch.float16
@@ -78,7 +72,19 @@ def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, 
             assert widened[key].dtype == before[key].dtype
             assert torch.equal(bits(widened[key]), bits(before[key])), key
         want = expected_features(values, before["image_ids"].tolist(), 4)
+        want = np.zeros_like(want) if zero else want
         assert np.array_equal(widened["features"].numpy().view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, workers: int) -> None:
+    store, values = written
+    loaders = {
+        stored: DataLoader(CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=4, max_len=5, stored_dtype=stored),
+                           batch_size=5, collate_fn=collate_train, num_workers=workers)
+        for stored in (False, True)
+    }
+    assert_widen_to(list(loaders[False]), list(loaders[True]), values)
 
 
 def test_stored_eval_batches_widen_to_the_float32_batches(written) -> None:
@@ -104,17 +110,7 @@ def test_stored_vqa_batches_widen_to_the_float32_batches(written, workers: int, 
                                              zero_image=zero_image, stored_dtype=stored),
                                   batch_size=5, collate_fn=SharedBatches(collate_vqa), num_workers=workers)
                for stored in (False, True)}
-    plain, half = list(loaders[False]), list(loaders[True])
-    assert len(plain) == len(half) == 3
-    for before, after in zip(plain, half):
-        assert before["features"].dtype == torch.float32 and after["features"].dtype == torch.float16
-        widened = batch_to_device(after, CPU)
-        assert widened.keys() == before.keys()
-        for key in before:
-            assert widened[key].dtype == before[key].dtype and torch.equal(bits(widened[key]), bits(before[key])), key
-        want = expected_features(values, before["image_ids"].tolist(), 4)
-        want = np.zeros_like(want) if zero_image else want
-        assert np.array_equal(widened["features"].numpy().view(np.int32), want.view(np.int32))
+    assert_widen_to(list(loaders[False]), list(loaders[True]), values, zero=zero_image)
 
 
 def test_get_stored_checks_what_get_checks(written) -> None:
