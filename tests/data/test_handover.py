@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from unittest import mock
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -115,6 +116,16 @@ def test_a_batch_larger_than_the_slots_goes_in_new_memory_and_makes_them_grow() 
     grown = ring.claim()
     assert grown is not None and grown is not slot and grown.capacity >= slot.capacity
     assert_same_batches([large], [send(grown.pack(collated(1, width=40)))])
+
+
+def test_a_failing_collate_function_leaves_its_slot_free() -> None:
+    ring = SlotRing(slots=1)
+    ring.seen(collated(0))
+    wrapped = SharedBatches(lambda items, shared: 1 / 0)
+    wrapped._ring = ring
+    with pytest.raises(ZeroDivisionError), mock.patch("vlattn.data.handover.get_worker_info", return_value=object()):
+        wrapped([1])
+    assert ring.claim() is ring.slots[0]
 
 
 def stack(items: list[int]) -> dict[str, torch.Tensor] | tuple[torch.Tensor, ...]:

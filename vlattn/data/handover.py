@@ -58,6 +58,10 @@ class SlotArena:
         self.flat[0] = 1
         self.used = _HEADER
 
+    def release(self) -> None:
+        """Mark the slot free (what the main process does when it frees the slot's batch)."""
+        self.flat[0] = 0
+
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
         """An uninitialised contiguous tensor in the slot after those allocated since :meth:`claim`, or None when
         the slot has no room left for it."""
@@ -194,7 +198,11 @@ class SharedBatches:
             batch = self.collate(items)
             self._ring.seen(batch)
             return batch
-        batch = self.collate(items, shared=slot) if self.takes_arena else self.collate(items)
+        try:
+            batch = self.collate(items, shared=slot) if self.takes_arena else self.collate(items)
+        except BaseException:
+            slot.release()  # nothing of it left this process
+            raise
         self._ring.seen(batch)
         if isinstance(batch, dict):
             return slot.pack(batch)
