@@ -126,12 +126,12 @@ def drop_cache(path: Path) -> None:
             os.close(fd)
 
 
-def read_all(path: Path) -> tuple[int, float]:
-    """Read every file of ``path`` once in 8 MiB chunks: (bytes, seconds)."""
+def read_all(path: Path, limit: int | None = None) -> tuple[int, float]:
+    """Read every file of ``path`` once in 8 MiB chunks (the first ``limit`` bytes when given): (bytes, seconds)."""
     total, start = 0, time.perf_counter()
     for file in files_of(path):
         with open(file, "rb", buffering=0) as handle:
-            while chunk := handle.read(READ_CHUNK):
+            while (limit is None or total < limit) and (chunk := handle.read(READ_CHUNK)):
                 total += len(chunk)
     return total, time.perf_counter() - start
 
@@ -645,7 +645,7 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     runs alternate: the virtual disk's rate drifts), and in the first round the block pipeline (blocks of lines
     parsed by a pool, written by the main process: what converting to the other formats runs) with 2 processes;
     each run with the page cache dropped first, right after the disk's sequential rate on the TSV (page cache
-    dropped, 8 MiB reads). Then each ``--convert-jobs`` once more with the TSV in the page cache (read once
+    dropped, 8 MiB reads over its first GiB). Then each ``--convert-jobs`` once more with the TSV in the page cache (read once
     before): the rate of the parsing processes alone, without the disk."""
     tsv = store_path(args, "tsv")
     out = Path(args.work) / "converted"
@@ -653,16 +653,20 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     runs = {f"convert --jobs {jobs}": [vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format",
                                        "memmap", "--jobs", str(jobs)] for jobs in args.convert_jobs}
     pipeline = {"block pipeline, 2 processes": [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]}
+    pipeline = pipeline if args.block_pipeline else {}
+
+    size = tsv.stat().st_size
 
     def timed(name: str, command: list[str], cold: bool) -> dict[str, Any]:
         drop_cache(tsv)
-        size, seconds = read_all(tsv)  # cold: the disk's rate just before; warm: the TSV into the page cache
+        # cold: the disk's rate just before (on the first GiB); warm: the whole TSV read into the page cache
+        read, seconds = read_all(tsv, 1 << 30 if cold else None)
         shutil.rmtree(out, ignore_errors=True)
         if cold:
             drop_cache(tsv)
         convert_s, rss = peak_of(command, data_root(args) / "convert.log")
         shutil.rmtree(out)
-        row = {"run": name, "cache": "cold" if cold else "warm", "disk_read_mb_s": round(size / seconds / 2**20),
+        row = {"run": name, "cache": "cold" if cold else "warm", "disk_read_mb_s": round(read / seconds / 2**20),
                "convert_s": round(convert_s, 1), "convert_mb_s": round(size / convert_s / 2**20),
                "peak_rss_mb": round(rss)}
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -861,7 +865,7 @@ def md_convert(results: dict[str, Any]) -> str:
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
             f"{results['regions']} x {results['dim']}, base64 float32) to memmap; medians over the runs (each run's "
             "value in brackets). Cold: the runs alternate between the settings; before each, the disk's sequential "
-            "read rate on the TSV (page cache dropped, 8 MiB reads), then the run with the page cache dropped "
+            "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page cache dropped "
             "again. Warm: the TSV read into the page cache first (the parsing processes' rate without the disk). "
             "`convert --jobs N`: N processes each read a chunk of the file into a buffer they reuse, parse it and "
             "write its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines "
@@ -936,6 +940,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
     parser.add_argument("--convert-jobs", default="1,2", help="`vlattn data convert --jobs` of the convert section")
     parser.add_argument("--convert-repeats", type=int, default=3, help="cold rounds of the convert section")
+    parser.add_argument("--no-block-pipeline", dest="block_pipeline", action="store_false",
+                        help="the convert section without the block pipeline")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
