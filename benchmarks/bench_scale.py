@@ -645,8 +645,8 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     runs alternate: the virtual disk's rate drifts), and in the first round the block pipeline (blocks of lines
     parsed by a pool, written by the main process: what converting to the other formats runs) with 2 processes;
     each run with the page cache dropped first, right after the disk's sequential rate on the TSV (page cache
-    dropped, 8 MiB reads over its first GiB). Then each ``--convert-jobs`` once more with the TSV in the page cache (read once
-    before): the rate of the parsing processes alone, without the disk."""
+    dropped, 8 MiB reads over its first GiB). Then each ``--convert-jobs`` once more with the TSV in the page cache
+    (read once before): the rate of the parsing processes alone, without the disk."""
     tsv = store_path(args, "tsv")
     out = Path(args.work) / "converted"
     vlattn = str(Path(sys.executable).with_name("vlattn"))
@@ -865,7 +865,8 @@ def md_convert(results: dict[str, Any]) -> str:
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
             f"{results['regions']} x {results['dim']}, base64 float32) to memmap; medians over the runs (each run's "
             "value in brackets). Cold: the runs alternate between the settings; before each, the disk's sequential "
-            "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page cache dropped "
+            "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page "
+            "cache dropped "
             "again. Warm: the TSV read into the page cache first (the parsing processes' rate without the disk). "
             "`convert --jobs N`: N processes each read a chunk of the file into a buffer they reuse, parse it and "
             "write its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines "

@@ -81,7 +81,8 @@ def test_batches_from_workers_are_the_collated_batches(store: MemmapStore, worke
 def collated(seed: int, width: int = 5) -> dict[str, object]:
     generator = torch.Generator().manual_seed(seed)
     return {"features": torch.randn(3, width, DIM, generator=generator).half(),
-            "tokens": torch.randint(0, 9, (3, 4), generator=generator), "mask": torch.rand(3, width, generator=generator) > 0.5,
+            "tokens": torch.randint(0, 9, (3, 4), generator=generator),
+            "mask": torch.rand(3, width, generator=generator) > 0.5,
             "references": [["a"], ["b", "c"], []]}
 
 

@@ -104,7 +104,8 @@ def test_stored_vqa_batches_widen_to_the_float32_batches(written, workers: int, 
     store, values = written
     questions = [Question(n, image_id, "what is red") for n, image_id in enumerate([*COUNTS, *COUNTS])]
     humans = ["red"] * 6 + ["cube"] * 4
-    annotations = {q.question_id: Annotation(q.question_id, q.image_id, "what", "other", "red", humans) for q in questions}
+    annotations = {q.question_id: Annotation(q.question_id, q.image_id, "what", "other", "red", humans)
+                   for q in questions}
     answers = AnswerVocabulary.build(["red", "cube"], top_k=2)
     loaders = {stored: DataLoader(VQADataset(questions, annotations, store, VOCAB, answers, max_regions=4,
                                              zero_image=zero_image, stored_dtype=stored),

@@ -33,6 +33,7 @@ from torch.utils.data import get_worker_info
 SLOTS = 4  # per worker: a batch being built, two queued (the DataLoader's prefetch), one in the main process's step
 _HEADER = 64  # bytes before a slot's tensors; byte 0 is 1 from filling until the main process frees the batch
 _ALIGN = 64
+_Place = tuple[int, torch.dtype, tuple[int, ...]]  # a tensor's offset in its slot (bytes), dtype and shape
 
 
 def _aligned(offset: int) -> int:
@@ -81,7 +82,7 @@ class SlotArena:
     def pack(self, batch: dict[str, Any]) -> _SlotBatch:
         """``batch`` with its tensors in the slot (those the collate function did not write there copied in; one
         without room left where it is), ready to be sent to the main process."""
-        places: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
+        places: dict[str, _Place] = {}
         others: dict[str, Any] = {}
         for key, value in batch.items():
             offset = self.offset_of(value) if torch.is_tensor(value) and value.device.type == "cpu" else None
@@ -101,8 +102,8 @@ class _SlotBatch:
     """A batch on its way from a worker: the slot's storage (pickled as torch shares storages: one descriptor), where
     each tensor lies in it, and the batch's other values."""
 
-    def __init__(self, storage: torch.UntypedStorage, order: list[str],
-                 places: dict[str, tuple[int, torch.dtype, tuple[int, ...]]], others: dict[str, Any]) -> None:
+    def __init__(self, storage: torch.UntypedStorage, order: list[str], places: dict[str, _Place],
+                 others: dict[str, Any]) -> None:
         self.storage, self.order, self.places, self.others = storage, order, places, others
 
     def __reduce__(self) -> tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]:
@@ -118,7 +119,7 @@ class _Lease:
                                     "data": (storage.data_ptr(), False), "version": 3}
 
 
-def _receive(storage: torch.UntypedStorage, order: list[str], places: dict[str, tuple[int, torch.dtype, tuple[int, ...]]],
+def _receive(storage: torch.UntypedStorage, order: list[str], places: dict[str, _Place],
              others: dict[str, Any]) -> dict[str, Any]:
     """In the main process: the batch, its tensors viewing the slot; the slot is marked free when they are all
     freed."""

@@ -102,7 +102,8 @@ class _Job:
         return self.buffer
 
     def convert_line(
-        self, data: bytes | bytearray, start: int, end: int, file: Path, line_no: int, seen: dict[int, str] | None = None
+        self, data: bytes | bytearray, start: int, end: int, file: Path, line_no: int,
+        seen: dict[int, str] | None = None,
     ) -> tuple[int, EncodedRegions]:
         """One line parsed and encoded as the sequential conversion does it, with its checks in its order (the id
         checked against ``seen``, when given, between parsing and encoding)."""
