@@ -650,8 +650,12 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
     tsv = store_path(args, "tsv")
     out = Path(args.work) / "converted"
     vlattn = str(Path(sys.executable).with_name("vlattn"))
-    runs = {f"convert --jobs {jobs}": [vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format",
-                                       "memmap", "--jobs", str(jobs)] for jobs in args.convert_jobs}
+
+    def convert(source: Path, jobs: int) -> list[str]:
+        return [vlattn, "data", "convert", "--from", str(source), "--to", str(out), "--format", "memmap", "--jobs",
+                str(jobs)]
+
+    runs = {f"convert --jobs {jobs}": convert(tsv, jobs) for jobs in args.convert_jobs}
     pipeline = {"block pipeline, 2 processes": [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]}
     pipeline = pipeline if args.block_pipeline else {}
 
@@ -668,10 +672,21 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(out)
         row = {"run": name, "cache": "cold" if cold else "warm", "disk_read_mb_s": round(read / seconds / 2**20),
                "convert_s": round(convert_s, 1), "convert_mb_s": round(size / convert_s / 2**20),
+               "net_mb_s": round(size / max(convert_s - startup, 1e-3) / 2**20),
                "peak_rss_mb": round(rss)}
         print(json.dumps(row), file=sys.stderr, flush=True)
         return row
 
+    one = Path(args.work) / "one-image.tsv"  # the command's start-up: converting a TSV of its first line
+    with open(tsv, "rb") as handle:
+        one.write_bytes(handle.readline())
+    starts = []
+    for _ in range(3):
+        shutil.rmtree(out, ignore_errors=True)
+        starts.append(peak_of(convert(one, 1), data_root(args) / "convert.log")[0])
+    startup = statistics.median(starts)
+    shutil.rmtree(out)
+    one.unlink()
     done = []
     for repeat in range(args.convert_repeats):
         for name, command in {**runs, **(pipeline if repeat == 0 else {})}.items():
@@ -686,11 +701,13 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
             shares = [r["convert_mb_s"] / r["disk_read_mb_s"] for r in mine]
             rows.append({"run": name, "cache": cache, "runs": len(mine),
                          **{key: statistics.median(r[key] for r in mine)
-                            for key in ("disk_read_mb_s", "convert_s", "convert_mb_s", "peak_rss_mb")},
+                            for key in ("disk_read_mb_s", "convert_s", "convert_mb_s", "net_mb_s", "peak_rss_mb")},
+                         "net_shares": [round(r["net_mb_s"] / r["disk_read_mb_s"], 3) for r in mine],
+                         "net_rates": [r["net_mb_s"] for r in mine],
                          "share_of_disk": round(statistics.median(shares), 3),
                          "shares": [round(v, 3) for v in shares], "rates": [r["convert_mb_s"] for r in mine],
                          "disk_rates": [r["disk_read_mb_s"] for r in mine]})
-    return {"tsv_mb": round(tsv.stat().st_size / 2**20), "rows": rows, "runs": done}
+    return {"tsv_mb": round(size / 2**20), "startup_s": round(startup, 2), "rows": rows, "runs": done}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -854,25 +871,32 @@ def md_startup(results: dict[str, Any]) -> str:
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
     lines = ["| run | page cache | runs | disk sequential read just before (MB/s) | seconds | convert (MB/s of TSV) | "
-             "share of the disk rate (each run) | peak RSS (MB) |", "|---|---|---|---|---|---|---|---|"]
+             "share of the disk rate | without start-up (MB/s) | its share of the disk rate | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def each(median: float, values: list[float], form: str = "{:,.0f}") -> str:
+        return form.format(median) + " (" + ", ".join(form.format(v) for v in values) + ")"
+
     for r in c["rows"]:
-        disk = f"{r['disk_read_mb_s']:,.0f} ({', '.join(f'{v:,}' for v in r['disk_rates'])})"
-        rates = f"{r['convert_mb_s']:,.0f} ({', '.join(f'{v:,}' for v in r['rates'])})"
-        share = (f"{r['share_of_disk']:.0%} ({', '.join(f'{v:.0%}' for v in r['shares'])})" if r["cache"] == "cold"
-                 else "-")
-        lines.append(f"| {r['run']} | {r['cache']} | {r['runs']} | {disk if r['cache'] == 'cold' else '-'} | "
-                     f"{r['convert_s']} | {rates} | {share} | {r['peak_rss_mb']:.0f} |")
+        cold = r["cache"] == "cold"
+        lines.append(
+            f"| {r['run']} | {r['cache']} | {r['runs']} | {each(r['disk_read_mb_s'], r['disk_rates']) if cold else '-'} "
+            f"| {r['convert_s']} | {each(r['convert_mb_s'], r['rates'])} "
+            f"| {each(r['share_of_disk'], r['shares'], '{:.0%}') if cold else '-'} "
+            f"| {each(r['net_mb_s'], r['net_rates'])} "
+            f"| {each(statistics.median(r['net_shares']), r['net_shares'], '{:.0%}') if cold else '-'} "
+            f"| {r['peak_rss_mb']:.0f} |")
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
             f"{results['regions']} x {results['dim']}, base64 float32) to memmap; medians over the runs (each run's "
             "value in brackets). Cold: the runs alternate between the settings; before each, the disk's sequential "
             "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page "
-            "cache dropped "
-            "again. Warm: the TSV read into the page cache first (the parsing processes' rate without the disk). "
-            "`convert --jobs N`: N processes each read a chunk of the file into a buffer they reuse, parse it and "
-            "write its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines "
-            "read by the main process, parsed by a pool of 2, written by the main process (what converting to the "
-            "other formats runs). Seconds: the whole command, start-up included. Peak RSS: of the largest process."
-            "\n\n" + "\n".join(lines) + _reach(c["rows"]))
+            "cache dropped again. Warm: the TSV read into the page cache first (the parsing processes' rate without "
+            "the disk). `convert --jobs N`: N processes each read a chunk of the file into a buffer they reuse, parse "
+            "it and write its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of "
+            "lines read by the main process, parsed by a pool of 2, written by the main process (what converting to "
+            "the other formats runs). Seconds: the whole command; without start-up: its seconds less those of "
+            f"converting a one-image TSV ({c['startup_s']:.1f} s: starting Python, importing torch). Peak RSS: of the "
+            "largest process.\n\n" + "\n".join(lines) + _reach(c["rows"]))
 
 
 def _reach(rows: list[dict[str, Any]]) -> str:
@@ -880,8 +904,8 @@ def _reach(rows: list[dict[str, Any]]) -> str:
     warm = [r for r in rows if r["cache"] == "warm"]
     if not warm:
         return ""
-    parts = [f"{r['run']} parses {r['convert_mb_s']:,.0f} MB/s, so it reaches 70% of a disk reading up to "
-             f"{r['convert_mb_s'] / 0.7:,.0f} MB/s" for r in warm]
+    parts = [f"{r['run']} converts {r['net_mb_s']:,.0f} MB/s without start-up, so it reaches 70% of a disk "
+             f"reading up to {r['net_mb_s'] / 0.7:,.0f} MB/s" for r in warm]
     return "\n\nFrom the page cache: " + "; ".join(parts) + "."
 
 
@@ -906,6 +930,14 @@ SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "eval": ("Scale: evaluation", md_eval)}
 
 
+def _load(section: dict[str, Any]) -> str:
+    """The machine's 1-minute load average as the section started and ended (other jobs running beside it)."""
+    if "load" not in section:
+        return ""
+    start, end, cores = section["load"]
+    return f"\n\nMachine load (1-minute load average, {cores} cores) as the section started and ended: {start}, {end}."
+
+
 def write_results(results: dict[str, Any], command: str) -> None:
     """Write a RESULTS.md section for each measured section, with ``command``."""
     from results import write_section
@@ -913,7 +945,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
     for name, (heading, render) in SECTION_MARKDOWN.items():
         heading = heading.format(images=results["images"])
         if name in results:
-            text = render(results)
+            text = render(results) + _load(results[name])
             if results["sparse"]:
                 text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
                          "without disk I/O).")
@@ -983,8 +1015,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loader": section_loader, "memory": section_memory, "startup": section_startup, "convert": section_convert,
         "eval": section_eval}
     for name in args.sections:
-        start = time.perf_counter()
+        start, load = time.perf_counter(), os.getloadavg()[0]
         results[name] = sections[name](args)
+        results[name]["load"] = [round(load, 2), round(os.getloadavg()[0], 2), os.cpu_count()]
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return results
 
