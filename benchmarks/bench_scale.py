@@ -930,12 +930,14 @@ SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "eval": ("Scale: evaluation", md_eval)}
 
 
-def _load(section: dict[str, Any]) -> str:
-    """The machine's 1-minute load average as the section started and ended (other jobs running beside it)."""
+def _with_load(text: str, section: dict[str, Any]) -> str:
+    """``text`` and the machine's 1-minute load average as the section started and ended (other jobs running beside
+    it), in the last paragraph unless that is a table."""
     if "load" not in section:
-        return ""
+        return text
     start, end, cores = section["load"]
-    return f"\n\nMachine load (1-minute load average, {cores} cores) as the section started and ended: {start}, {end}."
+    return (text + ("\n\n" if text.splitlines()[-1].startswith("|") else " ")
+            + f"Machine load (1-minute load average, {cores} cores) as the section started and ended: {start}, {end}.")
 
 
 def write_results(results: dict[str, Any], command: str) -> None:
@@ -945,7 +947,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
     for name, (heading, render) in SECTION_MARKDOWN.items():
         heading = heading.format(images=results["images"])
         if name in results:
-            text = render(results) + _load(results[name])
+            text = _with_load(render(results), results[name])
             if results["sparse"]:
                 text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
                          "without disk I/O).")
