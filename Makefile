@@ -7,6 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 DEMO_DATA ?= data/synth
 DEMO_RUN ?= runs/demo
 DEMO_VQA_RUN ?= runs/demo-vqa
+TEST_JOBS ?= 2
 
 .PHONY: demo demo-vqa lint test install clean bench
 
@@ -47,8 +48,9 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check --quiet .
 	$(BIN)/lint-imports --no-logo --no-cache
 
+# The tests run in TEST_JOBS processes (pytest-xdist), each on one torch thread (tests/conftest.py).
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -345,7 +345,31 @@ def config_show(
 
 
 def main() -> None:
-    """Console entry point: one-line errors for bad input."""
+    """Console entry point: one-line errors for bad input; a rank of a distributed run ends through
+    :func:`~vlattn.training.distributed.end_rank` (no interpreter finalization)."""
+    try:
+        _main()
+    except SystemExit as done:
+        _end_if_rank(done.code)
+        raise
+    _end_if_rank(0)
+
+
+def _end_if_rank(code: object) -> None:
+    """In a rank of a distributed run, end the process with the status ``sys.exit(code)`` gives (a message is
+    printed and means 1); elsewhere nothing."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return
+    from vlattn.training.distributed import end_rank
+
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    end_rank(code or 0)
+
+
+def _main() -> None:
     try:
         app()
     except VlattnError as err:

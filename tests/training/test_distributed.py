@@ -81,6 +81,63 @@ def test_the_process_group_is_destroyed_on_exit_before_finalization(tmp_path: Pa
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == [rank, 3.0, False]
 
 
+RANK_SCRIPT = """
+import atexit, sys
+import torch
+import torch.distributed as dist
+from vlattn.training.distributed import end_rank, init_distributed
+
+class Finalized:
+    def __del__(self):
+        print("finalized", flush=True)
+
+kept = Finalized()  # a module global: the interpreter's finalization deletes it
+if sys.argv[1] == "rank":
+    init_distributed(torch.device("cpu"))
+    total = torch.tensor([1.0])
+    dist.all_reduce(total)
+    atexit.register(lambda: print("exit handlers ran", total.item(), flush=True))
+    print("not flushed", end="")
+    end_rank(3)
+sys.exit(3)
+"""
+
+
+def test_a_rank_ends_after_its_exit_handlers_without_finalization(tmp_path: Path) -> None:
+    """end_rank: the exit status given, exit handlers run, output flushed, and no interpreter finalization (where
+    torch's C++ teardown can abort a finished rank); the probe for finalization is shown to work without it."""
+    port = _free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, "rank"], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+             for rank in (0, 1)]
+    for rank in ranks:
+        out, _ = rank.communicate(timeout=120)
+        assert rank.returncode == 3 and out == "not flushedexit handlers ran 2.0\n", out
+    plain = subprocess.run([sys.executable, "-c", RANK_SCRIPT, "plain"], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 3 and plain.stdout == "finalized\n"
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["--help"], 0), (["train", "--config", "no-such.yaml"], 2)])
+def test_the_cli_ends_a_rank_through_end_rank_with_its_status(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                               status: int) -> None:
+    import vlattn.cli
+    import vlattn.training.distributed
+
+    class Ended(Exception):
+        pass
+
+    def ended(code: int) -> None:
+        raise Ended(code)
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(vlattn.training.distributed, "end_rank", ended)
+    monkeypatch.setattr(sys, "argv", ["vlattn", *argv])
+    with pytest.raises(Ended) as end:
+        vlattn.cli.main()
+    assert end.value.args == (status,)
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes(tiny_data: Path, tmp_path: Path) -> None:
     epochs = scaled(4)
