@@ -5,10 +5,11 @@ afterwards unless ``--keep``), then measures, side by side in one run, the secti
 
 - ``loader``: items/s into training batches (XE: batch 50 of (image, caption) pairs; SCST: batch 50 of images
   with their references; VQA: batch 64 of questions) for each store format, the memmap store as the training loop
-  reads it (``memmap``: XE and SCST items in the store's float16, each batch written in a worker straight into
-  shared memory), the
+  reads it (``memmap``: items in the store's float16, each batch laid out by a worker in a slot of shared memory
+  reused once the main process has freed the batch, :mod:`vlattn.data.handover`), the same without slots
+  (``memmap-new-shm``: features written into new shared memory, the other tensors moved there when sent), the
   memmap store in float32 (``memmap-float32``: float32 items, each batch built in the worker's private memory and
-  copied into shared memory when sent), read item by item (``memmap-items``: without the batch read-ahead of
+  copied into new shared memory when sent), read item by item (``memmap-items``: without the batch read-ahead of
   vlattn's datasets and training loop) and the released M2 code's HDF5
   access pattern (``anchor``: the file opened per item, ``f['%d_features' % id][()]``, padded to 50 regions in
   float64, cast to float32), with 0/1/2 DataLoader workers, page cache cold (every file of the store dropped with
@@ -125,12 +126,12 @@ def drop_cache(path: Path) -> None:
             os.close(fd)
 
 
-def read_all(path: Path) -> tuple[int, float]:
-    """Read every file of ``path`` once in 8 MiB chunks: (bytes, seconds)."""
+def read_all(path: Path, limit: int | None = None) -> tuple[int, float]:
+    """Read every file of ``path`` once in 8 MiB chunks (the first ``limit`` bytes when given): (bytes, seconds)."""
     total, start = 0, time.perf_counter()
     for file in files_of(path):
         with open(file, "rb", buffering=0) as handle:
-            while chunk := handle.read(READ_CHUNK):
+            while (limit is None or total < limit) and (chunk := handle.read(READ_CHUNK)):
                 total += len(chunk)
     return total, time.perf_counter() - start
 
@@ -227,7 +228,8 @@ class ItemByItem(Dataset):
 
 def source_path(args: argparse.Namespace, fmt: str) -> Path:
     """The store a loader variant reads."""
-    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap", "memmap-float32": "memmap"}.get(fmt, fmt))
+    return store_path(args, {"anchor": "m2-hdf5", "memmap-items": "memmap", "memmap-new-shm": "memmap",
+                             "memmap-float32": "memmap"}.get(fmt, fmt))
 
 
 def disk_rates(args: argparse.Namespace, reads: int = 400, depth: int = 32) -> dict[str, float]:
@@ -264,17 +266,26 @@ def hand_over_ms(args: argparse.Namespace, repeats: int = 10) -> dict[str, float
     """Milliseconds per XE batch (50 images x regions x dim) of what a DataLoader worker and the main process do
     with its features besides reading them (median of ``repeats``): ``float32_share``: a float32 batch built in
     private memory moved into shared memory when sent (``share_memory_()``); ``float16_shared_write``: a float16
-    batch written straight into new shared memory (what vlattn's collation does in a worker); ``widen``: float16 ->
-    float32 in the main process (on a GPU, done there)."""
+    batch written straight into new shared memory (what vlattn's collation does in a worker without slots);
+    ``float16_slot_write``: the same written into a slot of shared memory written before (with slots);
+    ``widen``: float16 -> float32 in the main process (on a GPU, done there)."""
     from vlattn.data.features.base import RegionFeatures
+    from vlattn.data.handover import SlotArena
     from vlattn.data.regions import pad_regions
 
     single = torch.rand(50, args.regions, args.dim)
     items = [RegionFeatures(row.half().numpy(), np.zeros((args.regions, 4), np.float32), 640, 480) for row in single]
     half = single.half()
+    slot = SlotArena(half.numel() * 2)
+
+    def slot_write() -> None:
+        slot.claim()
+        pad_regions(items, args.regions, shared=slot)
+
+    slot_write()  # its pages written once, as every use of a slot after its first
     steps = {"float32_share": lambda: single.clone().share_memory_(),
              "float16_shared_write": lambda: pad_regions(items, args.regions, shared=True),
-             "widen": lambda: half.float()}
+             "float16_slot_write": slot_write, "widen": lambda: half.float()}
     out = {}
     for name, step in steps.items():
         times = []
@@ -298,6 +309,7 @@ def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, 
 
     from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
     from vlattn.data.features import open_store
+    from vlattn.data.handover import SharedBatches
     from vlattn.data.karpathy import load_karpathy
     from vlattn.data.vocab import build_vocabulary
     from vlattn.data.vqa import VQADataset, build_question_vocabulary, collate_vqa, load_split
@@ -311,19 +323,25 @@ def loader_set(args: argparse.Namespace, fmt: str, task: str) -> tuple[Dataset, 
         pairs = [(e.image_id, vocab.encode(c, 20)) for e in train for c in e.captions]
         return (M2ReleasedPairs(store_path(args, "m2-hdf5"), pairs, 50), collate_released, 50) if task == "xe" else None
     store = open_store(source_path(args, fmt))
-    stored = fmt != "memmap-float32"  # as the training loop reads XE and SCST items, or as it did before
+    stored = fmt != "memmap-float32"  # as the training loop reads items, or as it did before the float16 hand-over
+    # as the training loop hands batches over (reused slots of shared memory), or without slots (before them)
+    fresh = fmt in ("memmap-float32", "memmap-new-shm")
+
+    def hand_over(collate: Callable) -> Callable:
+        return collate if fresh else SharedBatches(collate)
+
     if task == "xe":
         found: tuple[Dataset, Callable, int] = (CaptionTrainSet(train, store, vocab, 50, 20, stored_dtype=stored),
-                                                partial(collate_train, shared=None if stored else False), 50)
+                                                hand_over(partial(collate_train, shared=None if stored else False)), 50)
     elif task == "scst":
         found = (CaptionEvalSet(train, store, 50, stored_dtype=stored),
-                 partial(collate_eval, shared=None if stored else False), 50)
+                 hand_over(partial(collate_eval, shared=None if stored else False)), 50)
     else:
         split = load_split("train", [root / "vqa/questions_train.json"], [root / "vqa/annotations_train.json"])
         assert split.annotations is not None
         answers = AnswerVocabulary.build((a.multiple_choice_answer for a in split.annotations.values()), top_k=3129)
         found = (VQADataset(split.questions, split.annotations, store, build_question_vocabulary(split.questions),
-                            answers, 50), collate_vqa, 64)
+                            answers, 50, stored_dtype=stored), hand_over(collate_vqa), 64)
     return (ItemByItem(found[0]), *found[1:]) if fmt == "memmap-items" else found  # type: ignore[return-value]
 
 
@@ -347,8 +365,9 @@ def a100_bound(batch: int = 50) -> dict[str, Any]:
 
 
 def loader_variants(formats: list[str]) -> list[str]:
-    """The stores of ``--formats``, the memmap store in float32 and item by item after it, the anchor last."""
-    extra = ["memmap-float32", "memmap-items"]
+    """The stores of ``--formats``, the memmap store without slots, in float32 and item by item after it, the
+    anchor last."""
+    extra = ["memmap-new-shm", "memmap-float32", "memmap-items"]
     return [name for fmt in formats for name in (fmt, *(extra if fmt == "memmap" else []))] + ["anchor"]
 
 
@@ -622,30 +641,73 @@ _BLOCK_PIPELINE = ("import sys; from vlattn.data.features import TSVStore, write
 
 
 def section_convert(args: argparse.Namespace) -> dict[str, Any]:
-    """Each conversion with the page cache dropped first, right after the disk's sequential rate on the TSV (page
-    cache dropped, 8 MiB reads: the virtual disk's rate drifts, so each run has its own): `vlattn data convert` with
-    each of ``--convert-jobs``, and the block pipeline (blocks of lines parsed by a pool, written by the main process:
-    what converting to the other formats runs) with 2 processes."""
+    """``--convert-repeats`` rounds, each running `vlattn data convert` with each of ``--convert-jobs`` in turn (the
+    runs alternate: the virtual disk's rate drifts), and in the first round the block pipeline (blocks of lines
+    parsed by a pool, written by the main process: what converting to the other formats runs) with 2 processes;
+    each run with the page cache dropped first, right after the disk's sequential rate on the TSV (page cache
+    dropped, 8 MiB reads over its first GiB). Then each ``--convert-jobs`` once more with the TSV in the page cache
+    (read once before): the rate of the parsing processes alone, without the disk."""
     tsv = store_path(args, "tsv")
     out = Path(args.work) / "converted"
     vlattn = str(Path(sys.executable).with_name("vlattn"))
-    runs = {f"convert --jobs {jobs}": [vlattn, "data", "convert", "--from", str(tsv), "--to", str(out), "--format",
-                                       "memmap", "--jobs", str(jobs)] for jobs in args.convert_jobs}
-    runs["block pipeline, 2 processes"] = [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]
-    rows = []
-    for name, command in runs.items():
+
+    def convert(source: Path, jobs: int) -> list[str]:
+        return [vlattn, "data", "convert", "--from", str(source), "--to", str(out), "--format", "memmap", "--jobs",
+                str(jobs)]
+
+    runs = {f"convert --jobs {jobs}": convert(tsv, jobs) for jobs in args.convert_jobs}
+    pipeline = {"block pipeline, 2 processes": [sys.executable, "-c", _BLOCK_PIPELINE, str(tsv), str(out), "2"]}
+    pipeline = pipeline if args.block_pipeline else {}
+
+    size = tsv.stat().st_size
+
+    def timed(name: str, command: list[str], cold: bool) -> dict[str, Any]:
         drop_cache(tsv)
-        size, seconds = read_all(tsv)
-        disk = size / seconds / 2**20
+        # cold: the disk's rate just before (on the first GiB); warm: the whole TSV read into the page cache
+        read, seconds = read_all(tsv, 1 << 30 if cold else None)
         shutil.rmtree(out, ignore_errors=True)
-        drop_cache(tsv)
+        if cold:
+            drop_cache(tsv)
         convert_s, rss = peak_of(command, data_root(args) / "convert.log")
         shutil.rmtree(out)
-        rate = size / convert_s / 2**20
-        rows.append({"run": name, "disk_read_mb_s": round(disk), "convert_s": round(convert_s, 1),
-                     "convert_mb_s": round(rate), "share_of_disk": round(rate / disk, 3), "peak_rss_mb": round(rss)})
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return {"tsv_mb": round(tsv.stat().st_size / 2**20), "rows": rows}
+        row = {"run": name, "cache": "cold" if cold else "warm", "disk_read_mb_s": round(read / seconds / 2**20),
+               "convert_s": round(convert_s, 1), "convert_mb_s": round(size / convert_s / 2**20),
+               "net_mb_s": round(size / max(convert_s - startup, 1e-3) / 2**20),
+               "peak_rss_mb": round(rss)}
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        return row
+
+    one = Path(args.work) / "one-image.tsv"  # the command's start-up: converting a TSV of its first line
+    with open(tsv, "rb") as handle:
+        one.write_bytes(handle.readline())
+    starts = []
+    for _ in range(3):
+        shutil.rmtree(out, ignore_errors=True)
+        starts.append(peak_of(convert(one, 1), data_root(args) / "convert.log")[0])
+    startup = statistics.median(starts)
+    shutil.rmtree(out)
+    one.unlink()
+    done = []
+    for repeat in range(args.convert_repeats):
+        for name, command in {**runs, **(pipeline if repeat == 0 else {})}.items():
+            done.append(timed(name, command, cold=True))
+    done += [timed(name, command, cold=False) for name, command in runs.items()]
+    rows = []
+    for name in [*runs, *pipeline]:
+        for cache in ("cold", "warm"):
+            mine = [r for r in done if r["run"] == name and r["cache"] == cache]
+            if not mine:
+                continue
+            shares = [r["convert_mb_s"] / r["disk_read_mb_s"] for r in mine]
+            rows.append({"run": name, "cache": cache, "runs": len(mine),
+                         **{key: statistics.median(r[key] for r in mine)
+                            for key in ("disk_read_mb_s", "convert_s", "convert_mb_s", "net_mb_s", "peak_rss_mb")},
+                         "net_shares": [round(r["net_mb_s"] / r["disk_read_mb_s"], 3) for r in mine],
+                         "net_rates": [r["net_mb_s"] for r in mine],
+                         "share_of_disk": round(statistics.median(shares), 3),
+                         "shares": [round(v, 3) for v in shares], "rates": [r["convert_mb_s"] for r in mine],
+                         "disk_rates": [r["disk_read_mb_s"] for r in mine]})
+    return {"tsv_mb": round(size / 2**20), "startup_s": round(startup, 2), "rows": rows, "runs": done}
 
 
 def section_eval(args: argparse.Namespace) -> dict[str, Any]:
@@ -732,9 +794,12 @@ def md_loader(results: dict[str, Any]) -> str:
             "the copy to the GPU and the widening of float16 features there cost it nothing more). KB/image: the "
             "store's size over its images. `memmap`: vlattn's datasets read as its "
             "training loop reads them (the byte ranges of the next batch hinted with `POSIX_FADV_WILLNEED` while "
-            "this one is read; XE and SCST features handed over in the store's float16, written by the worker "
-            "straight into shared memory); `memmap-float32`: the same with float32 items, each batch built in the worker's "
-            "private memory and copied into shared memory when sent (the path before the float16 hand-over); "
+            "this one is read; features handed over in the store's float16; each batch's tensors laid out by the "
+            "worker in a slot of shared memory it fills again once the main process has freed the batch, "
+            "`vlattn.data.handover`); `memmap-new-shm`: the same without slots (features written into new shared "
+            "memory, every other tensor moved there when sent, a file descriptor per tensor); `memmap-float32`: "
+            "float32 items, each batch built in the worker's private memory and copied into new shared memory when "
+            "sent (before the float16 hand-over); "
             "`memmap-items`: `memmap` read item by item (one synchronous read at a time); "
             "`anchor`: the released M2 code's access (HDF5 file "
             "opened per item, `f['%d_features' % id][()]`, float32, padded in float64).\n\n"
@@ -742,13 +807,16 @@ def md_loader(results: dict[str, Any]) -> str:
             + f"\n\nDisk, same run, page cache dropped: sequential {disk['sequential_mb_s']} MB/s (8 MiB reads); "
             f"random reads of one image's float16 features: one at a time {disk['random_qd1_mb_s']} MB/s "
             f"({disk['random_qd1_images_s']} images/s), {deep[2:]} in flight {disk[depth]} MB/s "
-            f"({disk[f'random_{deep}_images_s']} images/s). XE, memmap / memmap-float32: cold "
+            f"({disk[f'random_{deep}_images_s']} images/s). XE, memmap / memmap-new-shm: cold "
+            f"{ratios('memmap', 'memmap-new-shm')}; warm {ratios('memmap', 'memmap-new-shm', 'warm') or '-'}. "
+            f"XE, memmap / memmap-float32: cold "
             f"{ratios('memmap', 'memmap-float32')}; warm {ratios('memmap', 'memmap-float32', 'warm') or '-'}. XE "
             f"cold, memmap / anchor: {ratios('memmap', 'anchor')}; memmap / memmap-items: "
             f"{ratios('memmap', 'memmap-items')}. Per XE batch of features, same run: a float32 batch moved into "
             f"shared memory {hand['float32_share']:.1f} ms (`share_memory_()`), a float16 batch written straight into "
             f"new shared memory {hand['float16_shared_write']:.1f} ms (at most {50e3 / hand['float16_shared_write']:,.0f} "
-            f"pairs/s per worker for that write alone: new shared pages cost their page faults); widened to float32 "
+            f"pairs/s per worker for that write alone: new shared pages cost their page faults), into a slot written "
+            f"before {hand['float16_slot_write']:.1f} ms; widened to float32 "
             f"on the CPU {hand['widen']:.1f} ms (what `batch_to_device` does when training on the CPU)."
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
@@ -802,18 +870,43 @@ def md_startup(results: dict[str, Any]) -> str:
 
 def md_convert(results: dict[str, Any]) -> str:
     c = results["convert"]
-    lines = ["| run | disk sequential read just before (MB/s) | seconds | convert (MB/s of TSV) | share of the disk rate | "
-             "peak RSS (MB) |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {r['disk_read_mb_s']} | {r['convert_s']} | {r['convert_mb_s']} | {r['share_of_disk']:.0%} "
-              f"| {r['peak_rss_mb']} |" for r in c["rows"]]
+    lines = ["| run | page cache | runs | disk sequential read just before (MB/s) | seconds | convert (MB/s of TSV) | "
+             "share of the disk rate | without start-up (MB/s) | its share of the disk rate | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def each(median: float, values: list[float], form: str = "{:,.0f}") -> str:
+        return form.format(median) + " (" + ", ".join(form.format(v) for v in values) + ")"
+
+    for r in c["rows"]:
+        cold = r["cache"] == "cold"
+        lines.append(
+            f"| {r['run']} | {r['cache']} | {r['runs']} | {each(r['disk_read_mb_s'], r['disk_rates']) if cold else '-'} "
+            f"| {r['convert_s']} | {each(r['convert_mb_s'], r['rates'])} "
+            f"| {each(r['share_of_disk'], r['shares'], '{:.0%}') if cold else '-'} "
+            f"| {each(r['net_mb_s'], r['net_rates'])} "
+            f"| {each(statistics.median(r['net_shares']), r['net_shares'], '{:.0%}') if cold else '-'} "
+            f"| {r['peak_rss_mb']:.0f} |")
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap; before each run the disk's "
-            "sequential read rate on the TSV (page cache dropped, 8 MiB reads), then the run with the page cache "
-            "dropped again. `convert --jobs N`: N processes each read a chunk of the file, parse it and write its "
-            "rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of lines read by the "
-            "main process, parsed by a pool of 2, written by the main process (what converting to the other formats "
-            "runs). Seconds: the whole command, start-up included. Peak RSS: of the largest process.\n\n"
-            + "\n".join(lines))
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap; medians over the runs (each run's "
+            "value in brackets). Cold: the runs alternate between the settings; before each, the disk's sequential "
+            "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page "
+            "cache dropped again. Warm: the TSV read into the page cache first (the parsing processes' rate without "
+            "the disk). `convert --jobs N`: N processes each read a chunk of the file into a buffer they reuse, parse "
+            "it and write its rows into the store (`--jobs 1`: in the command's process); block pipeline: blocks of "
+            "lines read by the main process, parsed by a pool of 2, written by the main process (what converting to "
+            "the other formats runs). Seconds: the whole command; without start-up: its seconds less those of "
+            f"converting a one-image TSV ({c['startup_s']:.1f} s: starting Python, importing torch). Peak RSS: of the "
+            "largest process.\n\n" + "\n".join(lines) + _reach(c["rows"]))
+
+
+def _reach(rows: list[dict[str, Any]]) -> str:
+    """What the warm rates say: the fastest disk of which each setting converts at least 70%."""
+    warm = [r for r in rows if r["cache"] == "warm"]
+    if not warm:
+        return ""
+    parts = [f"{r['run']} converts {r['net_mb_s']:,.0f} MB/s without start-up, so it reaches 70% of a disk "
+             f"reading up to {r['net_mb_s'] / 0.7:,.0f} MB/s" for r in warm]
+    return "\n\nFrom the page cache: " + "; ".join(parts) + "."
 
 
 def md_eval(results: dict[str, Any]) -> str:
@@ -837,6 +930,16 @@ SECTION_MARKDOWN: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "eval": ("Scale: evaluation", md_eval)}
 
 
+def _with_load(text: str, section: dict[str, Any]) -> str:
+    """``text`` and the machine's 1-minute load average as the section started and ended (other jobs running beside
+    it), in the last paragraph unless that is a table."""
+    if "load" not in section:
+        return text
+    start, end, cores = section["load"]
+    return (text + ("\n\n" if text.splitlines()[-1].startswith("|") else " ")
+            + f"Machine load (1-minute load average, {cores} cores) as the section started and ended: {start}, {end}.")
+
+
 def write_results(results: dict[str, Any], command: str) -> None:
     """Write a RESULTS.md section for each measured section, with ``command``."""
     from results import write_section
@@ -844,7 +947,7 @@ def write_results(results: dict[str, Any], command: str) -> None:
     for name, (heading, render) in SECTION_MARKDOWN.items():
         heading = heading.format(images=results["images"])
         if name in results:
-            text = render(results)
+            text = _with_load(render(results), results[name])
             if results["sparse"]:
                 text += ("\n\nThe memmap store is sparse (`--sparse`: its feature file is a hole, read as zeros "
                          "without disk I/O).")
@@ -871,6 +974,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--startup-presets", default=None, help="comma-separated configs of the start-up section")
     parser.add_argument("--beams", default="3,5", help="beam sizes of the eval section")
     parser.add_argument("--convert-jobs", default="1,2", help="`vlattn data convert --jobs` of the convert section")
+    parser.add_argument("--convert-repeats", type=int, default=3, help="cold rounds of the convert section")
+    parser.add_argument("--no-block-pipeline", dest="block_pipeline", action="store_false",
+                        help="the convert section without the block pipeline")
     parser.add_argument("--sparse", action="store_true", help="memmap store without feature bytes (see above)")
     parser.add_argument("--work", default=None, help="where the workload is written (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workload (re-used by a later run)")
@@ -911,8 +1017,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loader": section_loader, "memory": section_memory, "startup": section_startup, "convert": section_convert,
         "eval": section_eval}
     for name in args.sections:
-        start = time.perf_counter()
+        start, load = time.perf_counter(), os.getloadavg()[0]
         results[name] = sections[name](args)
+        results[name]["load"] = [round(load, 2), round(os.getloadavg()[0], 2), os.cpu_count()]
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return results
 

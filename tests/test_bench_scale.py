@@ -30,19 +30,21 @@ def bench_scale(tmp_path: Path, *options: str) -> dict:
 def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     pytest.importorskip("lmdb")
     results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--repeats", "1",
-                          "--workers", "0,1", "--memory-batches", "2")
+                          "--workers", "0,1", "--memory-batches", "2", "--convert-repeats", "2")
     assert results["split"] == [36, 2, 2]
     rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
     expected = {(f, c, t, w) for f in FORMATS for c in ("cold", "warm") for t in ("xe", "scst", "vqa") for w in (0, 1)}
-    expected |= {(f, c, t, w) for f in ("memmap-items", "memmap-float32") for c in ("cold", "warm")
+    expected |= {(f, c, t, w) for f in ("memmap-items", "memmap-new-shm", "memmap-float32") for c in ("cold", "warm")
                  for t in ("xe", "scst", "vqa") for w in (0, 1)}
     expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
     assert set(rows) == expected and all(rate > 0 for rate in rows.values())
     sizes = results["loader"]["bytes_per_image"]
     # float16 features and float32 boxes
-    assert sizes["memmap"] == sizes["memmap-items"] == sizes["memmap-float32"] >= 6 * 32 * 2 + 6 * 16
+    assert sizes["memmap"] == sizes["memmap-items"] == sizes["memmap-new-shm"] == sizes["memmap-float32"]
+    assert sizes["memmap"] >= 6 * 32 * 2 + 6 * 16
     assert sizes["anchor"] == sizes["m2-hdf5"] >= 6 * 32 * 4 + 6 * 16  # float32 features and boxes
-    assert set(results["loader"]["hand_over_ms"]) == {"float32_share", "float16_shared_write", "widen"}
+    assert set(results["loader"]["hand_over_ms"]) == {"float32_share", "float16_shared_write", "float16_slot_write",
+                                                      "widen"}
     assert all(ms > 0 for ms in results["loader"]["hand_over_ms"].values())
     disk = results["loader"]["disk"]
     assert set(disk) == {"sequential_mb_s", "random_qd1_mb_s", "random_qd1_images_s", "random_qd32_mb_s",
@@ -55,8 +57,14 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     assert results["memory"]["cider_df"]["references"] == 36 * 5
     convert = results["convert"]
     assert convert["tsv_mb"] >= 0 and all(row["disk_read_mb_s"] > 0 for row in convert["rows"])
-    assert [row["run"] for row in convert["rows"]] == ["convert --jobs 1", "convert --jobs 2",
-                                                       "block pipeline, 2 processes"]
+    # two cold rounds alternating the settings (the block pipeline in the first only), then each setting warm
+    assert [(run["run"], run["cache"]) for run in convert["runs"]] == [
+        ("convert --jobs 1", "cold"), ("convert --jobs 2", "cold"), ("block pipeline, 2 processes", "cold"),
+        ("convert --jobs 1", "cold"), ("convert --jobs 2", "cold"), ("convert --jobs 1", "warm"),
+        ("convert --jobs 2", "warm")]
+    assert [(row["run"], row["cache"], row["runs"]) for row in convert["rows"]] == [
+        ("convert --jobs 1", "cold", 2), ("convert --jobs 1", "warm", 1), ("convert --jobs 2", "cold", 2),
+        ("convert --jobs 2", "warm", 1), ("block pipeline, 2 processes", "cold", 1)]
     assert all(row["convert_s"] > 0 and row["peak_rss_mb"] > 0 for row in convert["rows"])
 
 

@@ -13,9 +13,12 @@ from torch.utils.data import DataLoader
 from vlattn.data.captioning import CaptionEvalSet, CaptionTrainSet, collate_eval, collate_train
 from vlattn.data.features import MemmapStore, RegionFeatures, write_memmap
 from vlattn.data.features.cache import CachedStore
+from vlattn.data.handover import SharedBatches
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.regions import batch_to_device, pad_regions
 from vlattn.data.vocab import Vocabulary
+from vlattn.data.vqa import Annotation, Question, VQADataset, collate_vqa
+from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.errors import DataError
 
 DIM = 8
@@ -57,15 +60,9 @@ def expected_features(values: dict[int, np.ndarray], image_ids: list[int], max_r
     return out
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, workers: int) -> None:
-    store, values = written
-    loaders = {
-        stored: DataLoader(CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=4, max_len=5, stored_dtype=stored),
-                           batch_size=5, collate_fn=collate_train, num_workers=workers)
-        for stored in (False, True)
-    }
-    plain, half = list(loaders[False]), list(loaders[True])
+def assert_widen_to(plain: list[dict], half: list[dict], values: dict[int, np.ndarray], zero: bool = False) -> None:
+    """The float16 batches ``half`` widen to the float32 batches ``plain`` bit for bit, whose features are the
+    stored values (zeros when ``zero``)."""
     assert len(plain) == len(half) == 3
     for before, after in zip(plain, half):
         assert before["features"].dtype == torch.float32 and after["features"].dtype == torch.float16
@@ -75,7 +72,19 @@ def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, 
             assert widened[key].dtype == before[key].dtype
             assert torch.equal(bits(widened[key]), bits(before[key])), key
         want = expected_features(values, before["image_ids"].tolist(), 4)
+        want = np.zeros_like(want) if zero else want
         assert np.array_equal(widened["features"].numpy().view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stored_train_batches_widen_to_the_float32_batches_bit_for_bit(written, workers: int) -> None:
+    store, values = written
+    loaders = {
+        stored: DataLoader(CaptionTrainSet(ENTRIES, store, VOCAB, max_regions=4, max_len=5, stored_dtype=stored),
+                           batch_size=5, collate_fn=collate_train, num_workers=workers)
+        for stored in (False, True)
+    }
+    assert_widen_to(list(loaders[False]), list(loaders[True]), values)
 
 
 def test_stored_eval_batches_widen_to_the_float32_batches(written) -> None:
@@ -87,6 +96,22 @@ def test_stored_eval_batches_widen_to_the_float32_batches(written) -> None:
     assert torch.equal(bits(widened["features"]), bits(batches[0]["features"]))
     assert widened["references"] == batches[0]["references"] == [["A cube", "Red"]] * 6
     assert np.array_equal(widened["features"].numpy(), expected_features(values, list(COUNTS), 3))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("zero_image", [False, True])
+def test_stored_vqa_batches_widen_to_the_float32_batches(written, workers: int, zero_image: bool) -> None:
+    store, values = written
+    questions = [Question(n, image_id, "what is red") for n, image_id in enumerate([*COUNTS, *COUNTS])]
+    humans = ["red"] * 6 + ["cube"] * 4
+    annotations = {q.question_id: Annotation(q.question_id, q.image_id, "what", "other", "red", humans)
+                   for q in questions}
+    answers = AnswerVocabulary.build(["red", "cube"], top_k=2)
+    loaders = {stored: DataLoader(VQADataset(questions, annotations, store, VOCAB, answers, max_regions=4,
+                                             zero_image=zero_image, stored_dtype=stored),
+                                  batch_size=5, collate_fn=SharedBatches(collate_vqa), num_workers=workers)
+               for stored in (False, True)}
+    assert_widen_to(list(loaders[False]), list(loaders[True]), values, zero=zero_image)
 
 
 def test_get_stored_checks_what_get_checks(written) -> None:

@@ -89,18 +89,23 @@ def test_shards_convert_in_file_order_as_one_store(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.parametrize("size", [3, 4, 5, 11, 100])
-def test_a_chunk_holds_the_lines_that_start_in_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+@pytest.mark.parametrize("buffer_size", [0, 7, 64])
+def test_a_chunk_holds_the_lines_that_start_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, buffer_size: int
+) -> None:
     data = b"ab\n\ncdefgh\nij"
     (tmp_path / "f").write_bytes(data)
     monkeypatch.setattr(tsv_memmap, "CHUNK_BYTES", size)
     monkeypatch.setattr(tsv_memmap, "_EXTEND", 2)
     found = []
+    buffer = bytearray(b"\n" * buffer_size)  # reused from chunk to chunk: stale line ends must not count
     with open(tmp_path / "f", "rb") as handle:
         for chunk in tsv_memmap._chunks([tmp_path / "f"]):
-            text, first, base = tsv_memmap._chunk_bytes(handle.fileno(), chunk, len(data))
-            starts = [base + start for start, _ in tsv_memmap._lines(text, first)]
+            text, first, stop, base = tsv_memmap._chunk_bytes(handle.fileno(), chunk, len(data), buffer)
+            starts = [base + start for start, _ in tsv_memmap._lines(text, first, stop)]
             assert all(chunk.start <= start < chunk.end for start in starts)
-            found += [text[start:end] for start, end in tsv_memmap._lines(text, first)]
+            found += [bytes(text[start:end]) for start, end in tsv_memmap._lines(text, first, stop)]
+            buffer = text
     assert found == [b"ab", b"", b"cdefgh", b"ij"]  # every line once, in order, whatever the chunk size
 
 

@@ -20,17 +20,21 @@ from torch.utils.data import Dataset, get_worker_info
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures, stored_regions
 from vlattn.data.features.readahead import prefetch
+from vlattn.data.handover import SlotArena
 from vlattn.errors import DataError
 
 
-def pad_regions(items: list[RegionFeatures], max_regions: int, shared: bool | None = None) -> dict[str, torch.Tensor]:
+def pad_regions(
+    items: list[RegionFeatures], max_regions: int, shared: bool | SlotArena | None = None
+) -> dict[str, torch.Tensor]:
     """Stack the regions of B images, keeping at most ``max_regions`` per image (the first ones:
     detectors emit regions sorted by confidence).
 
     Returns ``features`` (B, N, D) float32 (float16 when every item's features are float16: see the module notes),
     ``boxes`` (B, N, 4) float32, ``sizes`` (B, 2) float32 (width, height) and ``region_mask`` (B, N) bool
     (True = real region), where N = min(max_regions, largest region count in the batch); padding is zero.
-    ``features`` lie in shared memory when ``shared`` (default: when called in a DataLoader worker).
+    ``features`` lie in shared memory when ``shared`` (default: when called in a DataLoader worker); in the slot
+    when ``shared`` is one (:class:`~vlattn.data.handover.SlotArena`) with room for them.
     """
     if not items:
         raise DataError("cannot pad an empty batch of regions")
@@ -61,9 +65,12 @@ def pad_regions(items: list[RegionFeatures], max_regions: int, shared: bool | No
     }
 
 
-def _empty(shape: tuple[int, ...], dtype: torch.dtype, shared: bool) -> torch.Tensor:
-    """An uninitialised tensor, in shared memory when ``shared``: allocated there directly (as torch's
-    ``default_collate`` does in a worker), not moved there by a copy when the batch is sent."""
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, shared: bool | SlotArena) -> torch.Tensor:
+    """An uninitialised tensor, in shared memory when ``shared``: in the slot ``shared`` if it has room, else
+    allocated there directly (as torch's ``default_collate`` does in a worker), not moved there by a copy when the
+    batch is sent."""
+    if isinstance(shared, SlotArena) and (tensor := shared.empty(shape, dtype)) is not None:
+        return tensor
     if not shared:
         return torch.empty(shape, dtype=dtype)
     numel = int(np.prod(shape))

@@ -28,6 +28,7 @@ import torch
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.checks import require_ids
+from vlattn.data.handover import SlotArena
 from vlattn.data.regions import BatchReadahead, first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.packed import PackedTexts, flat_offsets
@@ -219,7 +220,9 @@ class VQADataset(BatchReadahead):
     ``"keep"`` keeps it with an all-zero target (honest evaluation: it scores what it scores), ``"error"``
     raises. ``source`` names the annotation file in errors. Every image must be in the store (one error
     names the missing ids). ``zero_image`` replaces every region's features and box by zeros (the
-    question-only ablation: the same model, no information from the image).
+    question-only ablation: the same model, no information from the image). ``stored_dtype``: the items'
+    features in the store's dtype (float16 from a memmap store; :func:`~.regions.first_regions`), for a consumer
+    that widens them (:func:`~.regions.batch_to_device`), else float32.
     """
 
     def __init__(
@@ -235,6 +238,7 @@ class VQADataset(BatchReadahead):
         feature_dim: int | None = None,
         source: str | Path | None = None,
         zero_image: bool = False,
+        stored_dtype: bool = False,
     ) -> None:
         if unanswerable not in UNANSWERABLE:
             raise DataError(f"unanswerable must be one of {UNANSWERABLE}, got {unanswerable!r}")
@@ -242,6 +246,7 @@ class VQADataset(BatchReadahead):
             raise DataError("annotations and an answer vocabulary go together")
         self.store, self.words, self.answers, self.source = store, words, answers, source
         self.max_regions, self.max_question_len, self.zero_image = max_regions, max_question_len, zero_image
+        self.stored_dtype = stored_dtype
         self.questions: list[Question] = []
         self.targets: list[dict[int, float]] = []  # soft targets, computed once (with annotations)
         for question in questions:
@@ -290,7 +295,7 @@ class VQADataset(BatchReadahead):
 
     def regions(self, image_id: int) -> RegionFeatures:
         """The first ``max_regions`` regions of ``image_id`` (zeros with ``zero_image``)."""
-        regions = first_regions(self.store, image_id, self.max_regions)
+        regions = first_regions(self.store, image_id, self.max_regions, self.stored_dtype)
         if not self.zero_image:
             return regions
         return RegionFeatures(np.zeros_like(regions.features), np.zeros_like(regions.boxes), regions.width,
@@ -320,11 +325,11 @@ def encode_question(words: Vocabulary | WordPieceVocabulary, text: str, max_len:
     return words.encode(question_tokens(text), max_len)
 
 
-def collate_vqa(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Batch: :func:`~vlattn.data.captioning.collate_regions` plus ``question_ids`` (B,), ``questions``
-    (B, L) long padded with PAD, ``question_mask`` (B, L) bool (True = word) and ``targets`` (B, A)
+def collate_vqa(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+    """Batch: :func:`~vlattn.data.captioning.collate_regions` (``shared`` as there) plus ``question_ids`` (B,),
+    ``questions`` (B, L) long padded with PAD, ``question_mask`` (B, L) bool (True = word) and ``targets`` (B, A)
     when the items have them."""
-    out = collate_regions(batch)
+    out = collate_regions(batch, shared)
     out["question_ids"] = torch.tensor([item["question_id"] for item in batch], dtype=torch.long)
     length = max(len(item["question"]) for item in batch)
     questions = torch.full((len(batch), length), Vocabulary.PAD, dtype=torch.long)

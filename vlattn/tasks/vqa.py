@@ -121,7 +121,8 @@ class VQAData:
 
     def dataset(self, name: str, *, training: bool = False, limit: int = 0) -> VQADataset:
         """The questions of split ``name`` (those of its first ``limit`` images when > 0): for training,
-        without the questions none of whose answers is a candidate; else all of them."""
+        without the questions none of whose answers is a candidate and with the features in the store's dtype
+        (the training loop widens them); else all of them."""
         split = self.split(name)
         questions = split.questions
         if limit > 0:
@@ -135,6 +136,7 @@ class VQAData:
             questions, split.annotations, self.store, self.words, self.answers if annotated else None,
             max_regions=cfg.max_regions, max_question_len=cfg.max_question_len,
             unanswerable="skip" if training else "keep", source=split.sources[0], zero_image=cfg.zero_image,
+            stored_dtype=training,
         )
 
     def fingerprint(self) -> dict[str, str]:

@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
+from vlattn.data.handover import SharedBatches
 from vlattn.data.regions import BatchReadahead, ReadaheadBatches, batch_to_device
 from vlattn.errors import TrainingDiverged, TrainingInterrupted, VlattnError
 from vlattn.precision import Precision, autocast, grad_scaler
@@ -275,7 +276,7 @@ class Trainer:
         loader = DataLoader(
             self.dataset,
             batch_sampler=batches,
-            collate_fn=self.collate,
+            collate_fn=SharedBatches(self.collate) if self.options.num_workers > 0 else self.collate,
             num_workers=self.options.num_workers,
             generator=worker_seed,
             pin_memory=self.device.type == "cuda",

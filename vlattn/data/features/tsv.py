@@ -230,7 +230,9 @@ class TSVStore(IndexedStore):
         """One line -> (image id, regions); errors name the file, the line and the id."""
         return self.parse_span(line, 0, len(line), file, line_no)
 
-    def parse_span(self, data: bytes, start: int, end: int, file: Path, line_no: int) -> tuple[int, RegionFeatures]:
+    def parse_span(
+        self, data: bytes | bytearray, start: int, end: int, file: Path, line_no: int
+    ) -> tuple[int, RegionFeatures]:
         """:meth:`_parse` of the line ``data[start:end]``, its fields read in place (no copy of the line)."""
         parts = line_fields(data, start, end)
         names = LAYOUTS.get(len(parts))
@@ -253,7 +255,7 @@ class TSVStore(IndexedStore):
                                       dim=self._expected_dim)
 
 
-def line_fields(data: bytes, start: int, end: int) -> list[memoryview]:
+def line_fields(data: bytes | bytearray, start: int, end: int) -> list[memoryview]:
     """The tab-separated fields of the line ``data[start:end]`` without its trailing CR/LF characters, as views of
     ``data``."""
     while end > start and data[end - 1] in b"\r\n":

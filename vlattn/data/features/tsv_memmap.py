@@ -3,7 +3,8 @@
 Converting a COCO TSV (20-60 GB of base64 text) is CPU-bound: per image a line is split into fields, base64-decoded,
 checked, rounded to float16 and written. Each of ``jobs`` forked processes takes the next chunk of a file
 (:data:`CHUNK_BYTES`; a chunk's lines are those that start in it, the last one read on past its end), reads it
-itself with positioned reads (the chunk after it hinted to the kernel first, so the disk streams ahead), parses its
+itself with positioned reads into a buffer it reuses from chunk to chunk (the chunk after it hinted to the kernel
+first, so the disk streams ahead; new memory per chunk would cost a page fault per 4 KiB), parses its
 lines in place (:meth:`~.tsv.TSVStore.parse_span`: no copy per line) and writes its images' rows at their place in
 the store's raw files with positioned writes. The place of a chunk's rows is the sum of the rows of the chunks
 before it: each process publishes its chunk's row count in shared memory and, before writing, waits until the
@@ -94,9 +95,16 @@ class _Job:
     features: int  # file descriptors of the raw files being written
     boxes: int
     row_starts: _RowStarts
+    buffer: bytearray | None = None  # this process's read buffer (made in each process: forked ones write their own)
+
+    def read_buffer(self) -> bytearray:
+        if self.buffer is None:
+            self.buffer = bytearray(CHUNK_BYTES + 1 + _EXTEND)
+        return self.buffer
 
     def convert_line(
-        self, data: bytes, start: int, end: int, file: Path, line_no: int, seen: dict[int, str] | None = None
+        self, data: bytes | bytearray, start: int, end: int, file: Path, line_no: int,
+        seen: dict[int, str] | None = None,
     ) -> tuple[int, EncodedRegions]:
         """One line parsed and encoded as the sequential conversion does it, with its checks in its order (the id
         checked against ``seen``, when given, between parsing and encoding)."""
@@ -117,32 +125,51 @@ def _check_new(seen: dict[int, str], image_id: int, file: Path, line_no: int) ->
     seen[image_id] = f"{file.name} line {line_no}"
 
 
-def _chunk_bytes(fd: int, chunk: _Chunk, size: int) -> tuple[bytes, int, int]:
-    """``(data, first, base)``: the file's bytes from ``base`` on, covering the whole lines that start in the
-    chunk, which begin at ``data[first]`` (``first == len(data)``: none does)."""
+def _read_into(fd: int, data: bytearray, at: int, count: int, offset: int) -> int:
+    """Read up to ``count`` bytes of the file ``fd`` from ``offset`` into ``data[at:]``; the bytes read (fewer only
+    at the end of the file)."""
+    view, done = memoryview(data)[at : at + count], 0
+    while done < len(view) and (got := os.preadv(fd, [view[done:]], offset + done)) > 0:
+        done += got
+    return done
+
+
+def _chunk_bytes(fd: int, chunk: _Chunk, size: int, buffer: bytearray) -> tuple[bytearray, int, int, int]:
+    """``(data, first, stop, base)``: ``data[first:stop]`` are the whole lines that start in the chunk (``first ==
+    stop``: none does), ``data[0]`` is the file's byte at ``base``. ``data`` is ``buffer`` unless the chunk's last
+    line needs a larger one: the chunk's bytes are read into reused memory (a new object per chunk costs the page
+    faults of its memory, and extending one copies it)."""
     base = chunk.start - 1 if chunk.start > 0 else 0  # the byte before the chunk says whether a line starts there
-    data = os.pread(fd, chunk.end - base, base)
-    first = 0 if chunk.start == 0 else data.find(b"\n") + 1
+    length = chunk.end - base
+    data = buffer if len(buffer) >= length else bytearray(length + _EXTEND)
+    filled = _read_into(fd, data, 0, length, base)
+    first = 0 if chunk.start == 0 else data.find(b"\n", 0, filled) + 1
     if chunk.start > 0 and first == 0:
-        return b"", 0, base  # the chunk lies inside one line, which an earlier chunk converts
-    while data.find(b"\n", chunk.end - 1 - base) < 0 and base + len(data) < size:
-        data += os.pread(fd, _EXTEND, base + len(data))
-    stop = data.find(b"\n", chunk.end - 1 - base)
-    return (data if stop < 0 else data[: stop + 1]), first, base
+        return data, 0, 0, base  # the chunk lies inside one line, which an earlier chunk converts
+    while (stop := data.find(b"\n", chunk.end - 1 - base, filled)) < 0 and base + filled < size:
+        if len(data) < filled + _EXTEND:
+            larger = bytearray(2 * len(data) + _EXTEND)
+            larger[:filled] = memoryview(data)[:filled]
+            data = larger
+        read = _read_into(fd, data, filled, _EXTEND, base + filled)
+        if read == 0:  # the file shrank since its size was taken
+            break
+        filled += read
+    return data, first, (filled if stop < 0 else stop + 1), base
 
 
-def _lines(data: bytes, first: int) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each line of ``data`` from ``first`` on (without its line end; a last line without one
+def _lines(data: bytearray, first: int, stop: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each line of ``data[first:stop]`` (without its line end; a last line without one
     included)."""
     at = first
-    while at < len(data):
-        stop = data.find(b"\n", at)
-        stop = len(data) if stop < 0 else stop
-        yield at, stop
-        at = stop + 1
+    while at < stop:
+        end = data.find(b"\n", at, stop)
+        end = stop if end < 0 else end
+        yield at, end
+        at = end + 1
 
 
-def _blank(data: bytes, start: int, end: int) -> bool:
+def _blank(data: bytes | bytearray, start: int, end: int) -> bool:
     """Whether the line is empty or only white space (skipped, as a sequential read skips it)."""
     return start == end or (data[start] in b" \t\n\r\x0b\x0c" and data[start:end].isspace())
 
@@ -164,8 +191,9 @@ def _convert_chunk(job: _Job, chunk: _Chunk) -> _Converted:
         with open(file, "rb", buffering=0) as handle:
             size = os.fstat(handle.fileno()).st_size
             will_need(handle.fileno(), [(chunk.start, chunk.end + CHUNK_BYTES - chunk.start)])
-            data, first, base = _chunk_bytes(handle.fileno(), chunk, size)
-        for line, (start, end) in enumerate(_lines(data, first)):
+            data, first, stop, base = _chunk_bytes(handle.fileno(), chunk, size, job.read_buffer())
+            job.buffer = data  # a larger one, when the chunk's last line needed it
+        for line, (start, end) in enumerate(_lines(data, first, stop)):
             out.lines += 1
             if _blank(data, start, end):
                 continue
