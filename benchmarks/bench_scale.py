@@ -869,7 +869,7 @@ def md_loader(results: dict[str, Any]) -> str:
             f"{hand['slot_read_new_mapping']:.1f} ms when it maps the slot anew for each batch, "
             f"{hand['slot_read_kept_mapping']:.1f} ms from the slot kept mapped (as `vlattn.data.handover` keeps it); "
             f"widened to float32 on the CPU {hand['widen']:.1f} ms (what `batch_to_device` does when training on the "
-            f"CPU).\n\n{_cpu_line(loader['rows'], caches, workers)}"
+            f"CPU). {_cpu_line(loader['rows'], caches, workers)}"
             + f"\n\nA100 demand (an assumption, not a measurement): the m2 preset's XE step is "
             f"{a100['m2_xe_step_gflops']} GFLOPs at batch 50 (torch's FLOP counter); assuming it sustains "
             f"{ASSUMED_TFLOPS:.0f} TFLOPS (half the BF16 dense peak of NVIDIA's A100 datasheet, 312; the best "
@@ -910,13 +910,17 @@ def _one_worker(rows: list[dict[str, Any]], caches: list[str], fp32: float, dema
     wall = "; ".join(f"{cache} {found[cache]['items_per_s']:,.0f} pairs/s: {feeds(found[cache]['items_per_s'])}, "
                      f"{found[cache]['items_per_s'] / demand:.0%} of the assumed BF16 rate"
                      for cache in caches if cache in found)
-    core = "; ".join(f"{cache} {found[cache]['worker_cpu_ms']:.1f} ms of CPU per batch, "
-                     f"{50e3 / found[cache]['worker_cpu_ms']:,.0f} pairs/s: {feeds(50e3 / found[cache]['worker_cpu_ms'])}"
-                     for cache in caches if cache in found and found[cache].get("worker_cpu_ms"))
+    def on_own_core(cache: str) -> str:
+        ms = found[cache]["worker_cpu_ms"]
+        if cache == "warm":
+            return f"warm {ms:.1f} ms of CPU per batch, {50e3 / ms:,.0f} pairs/s: {feeds(50e3 / ms)}"
+        return (f"cold {ms:.1f} ms of CPU per batch, at most {50e3 / ms:,.0f} pairs/s (the worker also waits for the "
+                "disk: the cold wall clock above is the measurement)")
+
+    core = "; ".join(on_own_core(cache) for cache in caches if cache in found and found[cache].get("worker_cpu_ms"))
     return (f"One memmap worker, XE, by the wall clock of this run (the worker and the main process on the machine's "
             f"cores beside whatever else ran): {wall}. With a core to itself (as on a GPU machine, where the main "
-            f"process has its own): {core or 'not measured'}"
-            + (" (cold, the wall clock also waits for the disk)." if "cold" in found else "."))
+            f"process has its own), from its CPU time: {core or 'not measured'}.")
 
 
 def md_memory(results: dict[str, Any]) -> str:
@@ -1002,7 +1006,7 @@ def _reach(rows: list[dict[str, Any]]) -> str:
         parts = [f"{r['run']} {statistics.median(r['net_shares']):.0%} without start-up "
                  f"({'met' if statistics.median(r['net_shares']) >= 0.7 else 'not met'}), {r['share_of_disk']:.0%} "
                  "with it" for r in cold]
-        text += ("\n\nGoal, at least 70% of the disk's sequential read rate (medians of the cold runs): "
+        text += ("Goal, at least 70% of the disk's sequential read rate (medians of the cold runs): "
                  + "; ".join(parts) + ".")
     if warm:
         parts = []
@@ -1010,8 +1014,8 @@ def _reach(rows: list[dict[str, Any]]) -> str:
             jobs = int(name.split()[-1]) if name.startswith("convert --jobs") else 2
             parts.append(f"{name} converts {r['net_mb_s']:,.0f} MB/s without start-up ({r['net_mb_s'] / jobs:,.0f} "
                          f"MB/s per process), so it reaches 70% of a disk reading up to {r['net_mb_s'] / 0.7:,.0f} MB/s")
-        text += "\n\nFrom the page cache: " + "; ".join(parts) + "."
-    return text
+        text += (" " if text else "") + "From the page cache: " + "; ".join(parts) + "."
+    return "\n\n" + text if text else ""
 
 
 def md_eval(results: dict[str, Any]) -> str:
