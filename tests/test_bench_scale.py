@@ -69,6 +69,9 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
         ("convert --jobs 1", "cold", 2), ("convert --jobs 1", "warm", 1), ("convert --jobs 2", "cold", 2),
         ("convert --jobs 2", "warm", 1), ("block pipeline, 2 processes", "cold", 1)]
     assert all(row["convert_s"] > 0 and row["peak_rss_mb"] > 0 for row in convert["rows"])
+    # the disk's write rate before each cold run (the store is flushed before the command ends), none warm
+    assert all((len(row["write_rates"]) == row["runs"]) == (row["cache"] == "cold") for row in convert["rows"])
+    assert all(rate > 0 for row in convert["rows"] for rate in row["write_rates"]) and convert["store_mb"] > 0
 
 
 @pytest.mark.slow
