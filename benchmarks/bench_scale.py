@@ -740,7 +740,7 @@ def section_convert(args: argparse.Namespace) -> dict[str, Any]:
         store_mb = sum(f.stat().st_size for f in files_of(out)) / 2**20
         shutil.rmtree(out)
         row = {"run": name, "cache": "cold" if cold else "warm", "disk_read_mb_s": round(read / seconds / 2**20, 1),
-               "disk_write_mb_s": written, "store_mb": round(store_mb, 1),
+               "disk_write_mb_s": written, "store_mb": round(store_mb, 3),
                "convert_s": round(convert_s, 1), "convert_mb_s": round(size / convert_s / 2**20, 1),
                "net_mb_s": round(size / max(convert_s - startup, 1e-3) / 2**20, 1),
                "peak_rss_mb": round(rss)}
