@@ -247,13 +247,20 @@ def rate(dataset: Dataset, collate: Callable, batch: int, workers: int, batches:
     clock = CpuClock(collate, workers, batches + 1)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=clock, num_workers=workers)
     items, start, cpu, stage = 0, 0.0, 0.0, Staging()
-    for index, out in enumerate(loader):
-        stage(out)
-        del out
-        if index == 0:
-            start, cpu = time.perf_counter(), time.process_time()
-        else:
-            items += len(chosen[index])
+    threads = torch.get_num_threads()
+    # torch on one thread, as in the DataLoader's pin-memory thread and its workers: on more, the threads of a
+    # parallel copy spin after it, taking a core from the workers (and counting as CPU time)
+    torch.set_num_threads(1)
+    try:
+        for index, out in enumerate(loader):
+            stage(out)
+            del out
+            if index == 0:
+                start, cpu = time.perf_counter(), time.process_time()
+            else:
+                items += len(chosen[index])
+    finally:
+        torch.set_num_threads(threads)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"items_per_s": items / seconds, "main_cpu_ms": cpu / batches * 1e3,
             "worker_cpu_ms": clock.per_batch_ms() if workers else None}
