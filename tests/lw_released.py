@@ -3,7 +3,7 @@
 transformer}.py``, and its dense twin ``transformer_official``, which ``train.py --model transformer`` builds), written
 from reading that code, as plain functions over a state dict in the released layout. It is the yardstick of
 ``test_lw_official.py``: kind ``transformer`` with the official options must reproduce it. Deliberately nothing
-here is shared with vlattn's modules.
+here is shared with vlattn's modules; the decoder input is the M2 code base's (``m2_released.decoder_inputs``).
 
 What the released code does (eval mode: dropout is the identity), with k groups (1 for the dense model), h heads,
 query/key head width d_k (``--d_k``) and value head width d / h:
@@ -30,6 +30,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from m2_released import decoder_inputs
 from torch import Tensor
 
 State = dict[str, Tensor]
@@ -161,12 +162,7 @@ def _decoder_layer(sd: State, i: int, x: Tensor, keys: Tensor, enc: Tensor, enc_
 def released_log_probs(sd: State, features: Tensor, tokens: Tensor, *, pad: int, heads: int, groups: int) -> Tensor:
     """Teacher-forced log-probabilities (B, T, V) of the released model for input ``tokens`` (B, T)."""
     enc, enc_masked = released_encode(sd, features, heads, groups)
-    b, t = tokens.shape
-    query = (tokens != pad).unsqueeze(-1).float()
-    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)[None, None]
-    self_masked = causal | (tokens == pad)[:, None, None, :]
-    positions = torch.arange(1, t + 1).expand(b, t).masked_fill(tokens == pad, 0)
-    x = sd["decoder.word_emb.weight"][tokens] + sd["decoder.pos_emb.weight"][positions]
+    x, self_masked, query = decoder_inputs(sd, tokens, pad)
     for i in range(_count(sd, "decoder.layers.")):
         x = _decoder_layer(sd, i, x, x, enc, enc_masked, self_masked, query, heads, groups)
     return torch.log_softmax(F.linear(x, sd["decoder.fc.weight"]), -1)

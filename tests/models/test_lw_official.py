@@ -112,13 +112,19 @@ def captions(batch: int, length: int, seed: int) -> torch.Tensor:
     return tokens
 
 
+def compared(label: str, seed: int, batch: int, length: int, reference):
+    """The vlattn model of a random released state (seed ``seed``), its inputs, captions (B, T) and what the
+    released ``reference`` (:func:`released_log_probs` or :func:`released_steps`) gives for them (B, T, V)."""
+    case = CASES[label]
+    model, state = loaded(case, seed)
+    inputs, padded = region_inputs(batch, seed=seed + 2)
+    tokens = captions(batch, length, seed=seed + 3)
+    return model, inputs, tokens, reference(state, padded, tokens, pad=PAD, heads=HEADS, groups=case.groups)
+
+
 @pytest.mark.parametrize("label", CASES)
 def test_teacher_forced_log_probs_match_the_released_forward_pass(label: str) -> None:
-    case = CASES[label]
-    model, state = loaded(case, seed=3)
-    inputs, padded = region_inputs(4, seed=5)
-    tokens = captions(4, 11, seed=6)
-    expected = released_log_probs(state, padded, tokens, pad=PAD, heads=HEADS, groups=case.groups)  # (B, T, V)
+    model, inputs, tokens, expected = compared(label, 3, batch=4, length=11, reference=released_log_probs)
     with torch.no_grad():
         ours = model(inputs, tokens).log_softmax(-1)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
@@ -129,11 +135,7 @@ def test_teacher_forced_log_probs_match_the_released_forward_pass(label: str) ->
 
 @pytest.mark.parametrize("label", ["lw-1x", "lw-3x"])
 def test_cached_steps_match_the_released_stateful_decoder(label: str) -> None:
-    case = CASES[label]
-    model, state = loaded(case, seed=4)
-    inputs, padded = region_inputs(3, seed=2)
-    tokens = captions(3, 9, seed=7)
-    expected = released_steps(state, padded, tokens, pad=PAD, heads=HEADS, groups=case.groups)  # (B, T, V)
+    model, inputs, tokens, expected = compared(label, 4, batch=3, length=9, reference=released_steps)
     cache = model.encode(inputs)
     for t in range(1, tokens.shape[1] + 1):
         with torch.no_grad():

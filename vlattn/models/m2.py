@@ -20,7 +20,9 @@ reads levels 0-2 only, silently ignoring any further encoder layer.
 The released code (aimagelab/meshed-memory-transformer) differs from the paper in four documented ways;
 each is an option whose default is the paper reading and whose ``official`` value reproduces the code
 exactly (``vlattn/presets/m2-official.yaml`` sets them all; ``vlattn import-checkpoint --format m2-official``
-writes them into an imported model's config):
+writes them into an imported model's config). ``positions``, ``padding`` and ``init`` belong to the code base, which
+the released LW-Transformer captioning code reuses: kind ``transformer`` offers them too
+(:mod:`vlattn.models.released`).
 
 - ``residual``: ``paper`` | ``official`` — where the meshed cross-attention's AddNorm sits (see
   :mod:`vlattn.models.meshed`, beside Eq. 9). Dropout: Sec. 4.2 places it "after each attention and

@@ -14,7 +14,9 @@ value reproduces the released code:
 - ``init``: ``paper`` | ``official``: after every module's own initialisation, Xavier-uniform on every saved tensor
   with more than one dimension (:func:`~vlattn.models.init.xavier_saved_tensors`), as ``Transformer.init_weights``;
   M2's memory slots are drawn by the memory attention's own ``init: official`` (the released (1, m, d) layout),
-  which this option therefore requires.
+  which this option therefore requires. A group-wise layer's shared (out/k, in/k) weight is the released
+  per-group ``nn.Linear``'s and is drawn alike (the released code has no per-group weights: with
+  ``share_weights: false`` their (k, out/k, in/k) tensor gets the fans PyTorch computes for a 3-d tensor).
 
 The decoder input of that code base is ``word_emb(w) + pos_emb(p)`` with no dropout and no scale; a kind whose
 paper puts dropout there (``transformer``) reproduces it with ``model.embedding_dropout: 0``.

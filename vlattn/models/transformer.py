@@ -15,6 +15,38 @@ self-attention caches have one row per decoding row (R = B g: g beams or samples
 image). ``reorder(state, index)`` therefore requires ``index`` to keep every row with its image (what beam search
 and sampling do: expanding each image to g rows, choosing among an image's own beams) and gathers only the
 self-attention caches, one gather per layer.
+
+``ModelConfig.options`` of kind ``transformer`` (:class:`TransformerOptions`) reproduce the released LW-Transformer
+captioning code (luogen1996/LWTransformer, ``ImageCaptioning/models/transformer_lightweight``; its dense twin
+``transformer_official`` is the same with plain attention and feed-forward), each default being the paper reading
+(``vlattn/presets/lw-transformer-official.yaml`` sets them all):
+
+- ``residual``: ``paper`` | ``official``: every attention sub-layer (encoder self, decoder self and cross) wrapped in
+  residual + LayerNorm twice, LN_b(x + dropout(LN_a(x + dropout(attention)))) (:class:`~vlattn.layers.DoublePostNorm`):
+  the released ``LMultiHeadAttention`` already returns LN_a(q + dropout(attention)) and ``EncoderLayer.lnorm`` /
+  ``DecoderLayer.lnorm1``/``lnorm2`` add LN_b. One more LayerNorm (2 d parameters) per attention sub-layer:
+  (L_enc + 2 L_dec) x 2 d, 18 x 1,024 = 18,432 at 6 + 6 layers and d = 512. The feed-forward keeps one.
+- ``positions``, ``padding``, ``padded_regions``, ``init``: the M2 code base's, which the LW code reuses
+  (:mod:`vlattn.models.released`): its frozen position table, zero-padding to 50 regions with the mask from the
+  activations and pad tokens masked in the decoder, and Xavier on every saved matrix.
+
+The other differences from the paper are model-wide keys or attention/feed-forward options:
+``model.attention_dropout: 0.1`` (``LScaledDotProductAttention`` drops the attention weights; the kind's default
+follows Vaswani et al.: none), ``model.embedding_dropout: 0`` (``word_emb + pos_emb``, no dropout; default
+``dropout``), ``max_positions: 54``, ``output_bias: false`` (``decoder.fc``), and ``group_merge: true`` at the
+``gmha`` sites: the released attention applies one shared Linear per group to the queries, keys, values *and* the
+merge (G-LML), where the paper keeps a dense merge (:mod:`vlattn.attention.groupwise`).
+
+Checked to agree (``tests/models/test_lw_official.py`` against ``tests/lw_released.py``, to 1e-5): the encoder's
+input projection (``fc``, ReLU, dropout, LayerNorm: :func:`~vlattn.models.encoder.region_projection`) and its
+last layer as the decoder's memory; the group-wise projections (contiguous channel groups, heads group by group,
+logits / sqrt(d_k) with d_k = 64 for 1x and 192 = expansion 3 for 3x, values d / h); G-FFN (dense ``fc1``, one
+``fc2`` d_f/k -> d/k over contiguous hidden groups: ``gffn`` with ``share_weights``); the dropout positions (input
+projection, feed-forward inside and output, both residuals of the doubled norm, attention weights); and the decoder's
+pad handling: the released layers multiply pad positions' states by 0 after every sub-layer, ours zero only the
+final states, which gives the same outputs because a pad position is never attended as a key (its intermediate
+states reach no other position) and its first key, BOS, is real. The released ``--head`` flag and its encoder's
+``attention_module_kwargs`` never reach the model (8 heads always).
 """
 
 from __future__ import annotations
