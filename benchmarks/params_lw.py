@@ -138,6 +138,8 @@ def released_accounting() -> str:
                                      ("official", "lw-transformer-official", [])):
         report = profile_report(config, ["model.max_positions=128", *overrides])
         counts[label] = (report["backbone"]["parameters"], report["parameters"]["total"])
+    unpadded = profile_report("lw-transformer-official", ["model.max_positions=128", "model.options.padding=regions"])
+    official_madds = unpadded["backbone"]["madds_per_sample"]
     (paper, paper_all), (merged, _), (official, official_all) = counts["paper"], counts["merged"], counts["official"]
     attention_layers, d = 18, 512
     merge, norms = merged - paper, official - merged
@@ -153,7 +155,10 @@ def released_accounting() -> str:
   (6 encoder self-, 6 decoder self- and 6 cross-attentions). Nothing else differs in count: the output layer has no
   bias in both; the released 55 x 512 position table (28,160 values) is frozen there and a saved buffer here
   (`positions: table`), not a parameter, and the paper preset's sinusoidal positions are not saved.
-  tests/models/test_lw_official.py checks the whole-model count against the released layout's tensors."""
+  tests/models/test_lw_official.py checks the whole-model count against the released layout's tensors. Its MAdds
+  line above is not the G-LML row's ({official_madds / 1e9:.3f} G with `padding: regions`): `padding: official`
+  zero-pads every image to 50 rows as the released data loader does, so its encoder runs over 50 rows whatever
+  `--regions` says."""
 
 
 def main() -> None:
