@@ -40,8 +40,9 @@ def write_tsv(path: Path, images: int) -> None:
     with open(path, "w") as handle:
         for image_id in range(images):
             features = np.maximum(rng.normal(size=(REGIONS, DIM)), 0).astype("<f4")  # ReLU-like, as detectors
-            xy = rng.uniform(0, 300, size=(REGIONS, 2))
-            boxes = np.concatenate([xy, xy + rng.uniform(10, 300, size=(REGIONS, 2))], axis=1).astype("<f4")
+            half = np.array([320.0, 240.0])  # boxes inside the 640 x 480 image: corner and size each up to half of it
+            xy = rng.uniform(0, 1, size=(REGIONS, 2)) * half
+            boxes = np.concatenate([xy, xy + rng.uniform(10 / 240, 1, size=(REGIONS, 2)) * half], axis=1).astype("<f4")
             fields = [str(image_id * 7 + 9), "640", "480", str(REGIONS),
                       base64.b64encode(boxes.tobytes()).decode(), base64.b64encode(features.tobytes()).decode()]
             handle.write("\t".join(fields) + "\n")
