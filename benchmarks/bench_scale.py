@@ -1010,7 +1010,7 @@ def md_convert(results: dict[str, Any]) -> str:
             f"| {each(statistics.median(r['net_shares']), r['net_shares'], '{:.0%}') if cold else '-'} "
             f"| {r['peak_rss_mb']:.0f} |")
     return (f"`vlattn data convert` of a {c['tsv_mb']:,} MB bottom-up TSV ({results['images']:,} images x "
-            f"{results['regions']} x {results['dim']}, base64 float32) to memmap; medians over the runs (each run's "
+            f"{results['regions']} x {results['dim']}, base64 float32) to memmap (a {c['store_mb']:,.0f} MB store); medians over the runs (each run's "
             "value in brackets). Cold: the runs alternate between the settings; before each, the disk's sequential "
             "read rate on the TSV (page cache dropped, 8 MiB reads over its first GiB), then the run with the page "
             "cache dropped again. Warm: the TSV read into the page cache first (the parsing processes' rate without "
@@ -1025,9 +1025,9 @@ def md_convert(results: dict[str, Any]) -> str:
 
 
 def _reach(c: dict[str, Any]) -> str:
-    """The goal (at least 70% of the disk's sequential read rate) per setting from the cold runs, and the bounds on
-    it: the processes' parsing rate from the page cache (per process, and the fastest disk of which it converts 70%),
-    and the disk's write rate (the store is flushed to disk before the command ends)."""
+    """The goal (at least 70% of the disk's sequential read rate) per setting from the cold runs, what bounds it: the
+    processes' parsing rate from the page cache (per process, and the fastest disk of which it converts 70%), and
+    the disk's write rate measured alone (the store is flushed to disk before the command ends)."""
     rows = c["rows"]
     cold = [r for r in rows if r["cache"] == "cold" and r["run"].startswith("convert")]
     warm = {r["run"]: r for r in rows if r["cache"] == "warm"}
@@ -1050,10 +1050,9 @@ def _reach(c: dict[str, Any]) -> str:
         ratio = c["store_mb"] / c["tsv_mb"]
         write = statistics.median(writes)
         read = statistics.median(d for r in cold for d in r["disk_rates"])
-        parts.append(f"Writing: the store is {c['store_mb']:,.0f} MB ({ratio:.0%} of the TSV) and flushed to disk before "
-                     f"the command ends; the disk wrote {write:,.0f} MB/s (median; 512 MiB written and flushed before "
-                     f"each cold run), so writing alone holds the conversion to at most {write / ratio:,.0f} MB/s of "
-                     f"TSV, {write / ratio / read:.0%} of the disk's median read rate ({read:,.0f} MB/s).")
+        parts.append(f"Writing: the store ({ratio:.0%} of the TSV's bytes) is flushed to disk before the command ends; "
+                     f"512 MiB written and flushed alone before each cold run: {write:,.0f} MB/s (median; the disk's "
+                     f"median read rate {read:,.0f} MB/s).")
     return "\n\n" + " ".join(parts) if parts else ""
 
 
