@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (cpu: the code path, no GPU figures)")
     parser.add_argument("--tiny", action="store_true", help="small shapes (the CPU test)")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile mode")
+    parser.add_argument("--quick", action="store_true", help="make bench's reduced size: --tiny, 1 step, no warm-up")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tiny, args.steps, args.warmup = True, 1, 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device on this machine; nothing measured (--device cpu runs the code path)")

@@ -1104,6 +1104,11 @@ def write_results(results: dict[str, Any], command: str) -> None:
 # --- command line -------------------------------------------------------------------------------------------------
 
 
+# ``--quick`` (``make bench``): a workload of 40 tiny images through every section (about two minutes)
+QUICK = ["--images", "40", "--regions", "6", "--dim", "32", "--batches", "3", "--repeats", "1", "--workers", "0,1",
+         "--memory-batches", "2", "--convert-repeats", "1", "--preset", "m2-demo", "--beams", "1"]
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=10_000, help="images of the workload (COCO: 123287)")
@@ -1130,9 +1135,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prepare-only", action="store_true", help="write the sections' workload, measure nothing")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--write", action="store_true", help="write the sections' tables to benchmarks/RESULTS.md")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"make bench's reduced size: {' '.join(QUICK)}, every section, nothing written")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-workers", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), *QUICK])
+        args.write = False
     args.sections = [s for s in args.sections.split(",") if s]
     args.formats = [f for f in args.formats.split(",") if f]
     args.workers = [int(w) for w in args.workers.split(",")]
