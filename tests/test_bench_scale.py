@@ -29,7 +29,7 @@ def bench_scale(tmp_path: Path, *options: str) -> dict:
 
 def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
     pytest.importorskip("lmdb")
-    results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "1", "--repeats", "1",
+    results = bench_scale(tmp_path, "--sections", "loader,memory,convert", "--batches", "3", "--repeats", "1",
                           "--workers", "0,1", "--memory-batches", "2", "--convert-repeats", "2")
     assert results["split"] == [36, 2, 2]
     rows = {(r["format"], r["cache"], r["task"], r["workers"]): r["items_per_s"] for r in results["loader"]["rows"]}
@@ -38,13 +38,16 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
                  for t in ("xe", "scst", "vqa") for w in (0, 1)}
     expected |= {("anchor", c, "xe", w) for c in ("cold", "warm") for w in (0, 1)}
     assert set(rows) == expected and all(rate > 0 for rate in rows.values())
+    for row in results["loader"]["rows"]:  # CPU per batch: of the main process, and of the workers when there are
+        assert row["main_cpu_ms"] > 0
+        assert (row["worker_cpu_ms"] is None) == (row["workers"] == 0)
     sizes = results["loader"]["bytes_per_image"]
     # float16 features and float32 boxes
     assert sizes["memmap"] == sizes["memmap-items"] == sizes["memmap-new-shm"] == sizes["memmap-float32"]
     assert sizes["memmap"] >= 6 * 32 * 2 + 6 * 16
     assert sizes["anchor"] == sizes["m2-hdf5"] >= 6 * 32 * 4 + 6 * 16  # float32 features and boxes
     assert set(results["loader"]["hand_over_ms"]) == {"float32_share", "float16_shared_write", "float16_slot_write",
-                                                      "widen"}
+                                                      "slot_read_new_mapping", "slot_read_kept_mapping", "widen"}
     assert all(ms > 0 for ms in results["loader"]["hand_over_ms"].values())
     disk = results["loader"]["disk"]
     assert set(disk) == {"sequential_mb_s", "random_qd1_mb_s", "random_qd1_images_s", "random_qd32_mb_s",
@@ -66,6 +69,9 @@ def test_loader_memory_and_convert_sections(tmp_path: Path) -> None:
         ("convert --jobs 1", "cold", 2), ("convert --jobs 1", "warm", 1), ("convert --jobs 2", "cold", 2),
         ("convert --jobs 2", "warm", 1), ("block pipeline, 2 processes", "cold", 1)]
     assert all(row["convert_s"] > 0 and row["peak_rss_mb"] > 0 for row in convert["rows"])
+    # the disk's write rate before each cold run (the store is flushed before the command ends), none warm
+    assert all((len(row["write_rates"]) == row["runs"]) == (row["cache"] == "cold") for row in convert["rows"])
+    assert all(rate > 0 for row in convert["rows"] for rate in row["write_rates"]) and convert["store_mb"] > 0
 
 
 @pytest.mark.slow

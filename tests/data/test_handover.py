@@ -4,8 +4,10 @@ tensor of its batch is freed."""
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
+import re
 from unittest import mock
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -145,3 +147,33 @@ def test_any_collate_function_and_batch_type_pass_through_unchanged() -> None:
             assert items[0] % 2 == 0 and torch.equal(batch["v"], values) and torch.equal(batch["sq"], values**2)
         else:
             assert items[0] % 2 == 1 and torch.equal(batch[0], values) and torch.equal(batch[1], values**2)
+
+
+def slots_mapped() -> int:
+    """Torch's shared memory blocks (their files unlinked) mapped in this process."""
+    return sum(1 for line in Path("/proc/self/maps").read_text().splitlines()
+               if re.search(r"/torch_\d+_\d+_\d+ \(deleted\)$", line))
+
+
+def rows(items: list[int]) -> dict[str, torch.Tensor]:
+    return {"rows": torch.arange(1000, dtype=torch.float32)[None, :] + torch.tensor(items, dtype=torch.float32)[:, None]}
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_main_process_keeps_the_slots_mapped_while_their_loader_lives(workers: int) -> None:
+    before = slots_mapped()
+    batches = [[i, i + 1] for i in range(0, 24, 2)]
+    loader = DataLoader(list(range(24)), batch_sampler=batches, collate_fn=SharedBatches(rows, slots=2),
+                        num_workers=workers)
+    mapped = []
+    for index, batch in enumerate(loader):
+        assert torch.equal(batch["rows"], rows(batches[index])["rows"])
+        del batch  # the batch freed: its slot stays mapped, to be received again without mapping it anew
+        mapped.append(slots_mapped() - before)
+    assert len(mapped) == len(batches)
+    assert min(mapped[2:]) >= 1  # the first batch of each worker comes before any slot
+    assert max(mapped) <= 4 * workers  # at most 2 slots of each worker kept, 2 batches of each in flight
+    del loader
+    gc.collect()
+    assert slots_mapped() == before  # the slots go with their loader

@@ -387,6 +387,7 @@ class Trainer:
                         if self._done():
                             break
                         self._stop_if_signalled(signals)
+                    del bar, loader  # its workers and the slots kept mapped for them go before validation
                     last_metrics = self._end_epoch(complete=self.state.sample_in_epoch == sampler.ends[-1]
                                                    if sampler.ends else True)
             if self._out_of_patience():
