@@ -2,7 +2,8 @@
 written to benchmarks/PARAMETERS.md ("## LW-Transformer parameters and MAdds"); and the paper's VQA tables (II-VI as
 they apply) with every row built as the VQA model itself (MCAN of vlattn/presets/vqa-mcan.yaml with the row's
 attention and feed-forward), counted in a forward pass of one question ("## LW-Transformer on VQA: the paper's
-tables").
+tables"). The first section also accounts for the released captioning code's count (the lw-transformer-official
+preset) beside the paper preset's.
 
 The backbone is the paper's: 6 encoder + 6 decoder layers, d=512, FFN 2048, 8 heads (no embeddings, input
 projection, output layer); ``backbone_parameters`` / ``backbone_madds`` of ``vlattn.models.profile``, the
@@ -105,21 +106,59 @@ def verdict(row: Row, counts: dict[str, float]) -> str:
     return f"neither: paper - matrices = {row.paper_params - matrices:+.2f}M"
 
 
-PRESETS = {  # the two exact counts through `vlattn profile` (the CLI's code path)
+MERGED = [f"model.{site}.options.group_merge=true" for site in SITES]
+PRESETS = {  # the exact counts through `vlattn profile` (the CLI's code path)
     "transformer": ["model.encoder_layers=6", "model.decoder_layers=6", "model.max_positions=128"],
     "lw-transformer": ["model.max_positions=128"],
+    "lw-transformer-official": ["model.max_positions=128"],
 }
 
 
-def profiled(config: str, overrides: list[str]) -> str:
-    """The backbone lines of ``vlattn profile`` for a preset at the VQA lengths, with the command."""
+def profile_report(config: str, overrides: list[str]) -> dict:
+    """``vlattn profile`` of a preset at the VQA lengths (10,201 words)."""
     cfg = load_config(config, overrides)
-    report = task_of(cfg.task).profile(cfg, ProfileShapes(batch=1, regions=WORDS, length=REGIONS, vocab_size=10201,
-                                                          repeats=1))
+    return task_of(cfg.task).profile(cfg, ProfileShapes(batch=1, regions=WORDS, length=REGIONS, vocab_size=10201,
+                                                        repeats=1))
+
+
+def profiled(config: str, overrides: list[str]) -> str:
+    """The parameter lines of ``vlattn profile`` for a preset at the VQA lengths, with the command."""
+    report = profile_report(config, overrides)
     sets = " ".join(f"--set {item}" for item in overrides)
     backbone = report["backbone"]
     return (f"- `vlattn profile --config {config} {sets} --regions {WORDS} --length {REGIONS} --batch 1`: backbone "
-            f"parameters {backbone['parameters']:,}, MAdds {backbone['madds_per_sample'] / 1e9:.3f} G")
+            f"parameters {backbone['parameters']:,}, MAdds {backbone['madds_per_sample'] / 1e9:.3f} G; "
+            f"{report['parameters']['total']:,} in all")
+
+
+def released_accounting() -> str:
+    """The released captioning code's parameters (lw-transformer-official) beside the paper preset's, term by term."""
+    counts = {}
+    for label, config, overrides in (("paper", "lw-transformer", []), ("merged", "lw-transformer", MERGED),
+                                     ("official", "lw-transformer-official", [])):
+        report = profile_report(config, ["model.max_positions=128", *overrides])
+        counts[label] = (report["backbone"]["parameters"], report["parameters"]["total"])
+    unpadded = profile_report("lw-transformer-official", ["model.max_positions=128", "model.options.padding=regions"])
+    official_madds = unpadded["backbone"]["madds_per_sample"]
+    (paper, paper_all), (merged, _), (official, official_all) = counts["paper"], counts["merged"], counts["official"]
+    attention_layers, d = 18, 512
+    merge, norms = merged - paper, official - merged
+    dense, grouped = d * d + d, (d // 2) ** 2 + d // 2
+    merge_check = "=" if merge == attention_layers * (grouped - dense) else "differs from"
+    norms_check = "=" if norms == attention_layers * 2 * d else "differs from"
+    return f"""- The authors' released captioning code (`lw-transformer-official`: `train.py --model lwtransformer --LFFN`,
+  `models/transformer_lightweight`) against the paper preset `lw-transformer`: backbone {paper:,} -> {official:,},
+  whole model (10,201 words) {paper_all:,} -> {official_all:,} ({official_all - paper_all:+,}), two terms:
+  its attention merges group-wise (`group_merge: true`, one shared `fc_o` 256 -> 256), {merge:+,} {merge_check}
+  {attention_layers} attention layers x ({grouped:,} - {dense:,}) (the G-LML row); and each attention sub-layer has a
+  second residual + LayerNorm (`options.residual: official`), {norms:+,} {norms_check} {attention_layers} x 2 x {d}
+  (6 encoder self-, 6 decoder self- and 6 cross-attentions). Nothing else differs in count: the output layer has no
+  bias in both; the released 55 x 512 position table (28,160 values) is frozen there and a saved buffer here
+  (`positions: table`), not a parameter, and the paper preset's sinusoidal positions are not saved.
+  tests/models/test_lw_official.py checks the whole-model count against the released layout's tensors. Its MAdds
+  line above is not the G-LML row's ({official_madds / 1e9:.3f} G with `padding: regions`): `padding: official`
+  zero-pads every image to 50 rows as the released data loader does, so its encoder runs over 50 rows whatever
+  `--regions` says."""
 
 
 def main() -> None:
@@ -178,8 +217,7 @@ How the counts arise (k groups, n expansion, d=512, d_f=2048; per layer; "+b" = 
   because the cross-attention's group-wise K/V projections run over the memory and the dense merge over the
   queries: with 100 regions as queries (VQA) the merge costs more than with 14 words (captioning). The
   Transformer is 2.58G in both layouts (its four projections are alike).
-- The authors' released captioning code differs from the paper's LW-Transformer: its attention merges group-wise
-  (G-LML always on, `fc_o` d/k -> d/k shared), i.e. `group_merge: true` here (20.5M with biases for 1x)."""
+{released_accounting()}"""
     publish("LW-Transformer parameters and MAdds", body, args, PARAMETERS)
     if not args.quick:
         publish("LW-Transformer on VQA: the paper's tables", vqa_tables(), args, PARAMETERS)

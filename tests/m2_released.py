@@ -180,15 +180,23 @@ def _decoder_layer(sd: State, i: int, x: Tensor, keys: Tensor, enc: Tensor, enc_
     return _ffn_block(sd, f"{name}.pwff", z) * query
 
 
-def released_log_probs(sd: State, features: Tensor, tokens: Tensor, *, pad: int, heads: int) -> Tensor:
-    """Teacher-forced log-probabilities (B, T, V) of the released model for input ``tokens`` (B, T)."""
-    enc, enc_masked = released_encode(sd, features, heads)
+def decoder_inputs(sd: State, tokens: Tensor, pad: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The code base's teacher-forced decoder input for ``tokens`` (B, T) (the released LW-Transformer code reuses
+    it): ``word_emb[w] + pos_emb[p]`` (B, T, d), the self-attention mask (B, 1, T, T) True = masked (causal + pad
+    keys), and the query mask (B, T, 1), 0 at pad tokens."""
     b, t = tokens.shape
     query = (tokens != pad).unsqueeze(-1).float()
     causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)[None, None]
     self_masked = causal | (tokens == pad)[:, None, None, :]
     positions = torch.arange(1, t + 1).expand(b, t).masked_fill(tokens == pad, 0)
     x = sd["decoder.word_emb.weight"][tokens] + sd["decoder.pos_emb.weight"][positions]
+    return x, self_masked, query
+
+
+def released_log_probs(sd: State, features: Tensor, tokens: Tensor, *, pad: int, heads: int) -> Tensor:
+    """Teacher-forced log-probabilities (B, T, V) of the released model for input ``tokens`` (B, T)."""
+    enc, enc_masked = released_encode(sd, features, heads)
+    x, self_masked, query = decoder_inputs(sd, tokens, pad)
     for i in range(_count(sd, "decoder.layers.")):
         x = _decoder_layer(sd, i, x, x, enc, enc_masked, self_masked, query, heads)
     return torch.log_softmax(F.linear(x, sd["decoder.fc.weight"]), -1)

@@ -273,11 +273,17 @@ def tiny_model_config(kind: str = "transformer", sites: Mapping[str, str] | None
     return ModelConfig(**fields)
 
 
-# variants of a kind's options that the whole battery runs too (M2's official padding attends padded
-# regions by design, so it is tested on its own in tests/models/test_m2_official.py)
+# variants of a kind's options that the whole battery runs too (the official padding of M2 and LW-Transformer attends
+# padded regions by design, so it is tested on its own in tests/models/test_m2_official.py and test_lw_official.py)
 KIND_VARIANTS: list[ModelCase] = [
     ModelCase("m2", label="official", overrides={
         "encoder_self_attention": Spec("memory", {"slots": 5, "init": "official"}),
+        "options": {"residual": "official", "positions": "table", "init": "official"},
+    }),
+    ModelCase("transformer", label="lw-official", overrides={
+        **{site: Spec("gmha", {"groups": 2, "group_merge": True}) for site in
+           ("encoder_self_attention", "decoder_self_attention", "decoder_cross_attention")},
+        "feed_forward": Spec("gffn", {"groups": 2}), "attention_dropout": 0.1, "embedding_dropout": 0.0,
         "options": {"residual": "official", "positions": "table", "init": "official"},
     }),
     ModelCase("twin_stream", label="stacked", overrides={"options": {

@@ -1,5 +1,6 @@
 """Batches with the features in the store's dtype (float16 from a memmap store), widened where they are used:
-exactly the float32 batches, bit for bit."""
+exactly the float32 batches, bit for bit (captioning, VQA, pretraining and NLVR2 batches, with and without DataLoader
+workers handing them over in shared memory)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ from vlattn.data.features import MemmapStore, RegionFeatures, write_memmap
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.handover import SharedBatches
 from vlattn.data.karpathy import ImageEntry
+from vlattn.data.nlvr2 import NLVR2Dataset, Statement, collate_nlvr2
+from vlattn.data.pretraining import Pair, PretrainDataset, collate_pretrain
 from vlattn.data.regions import batch_to_device, pad_regions
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import Annotation, Question, VQADataset, collate_vqa
 from vlattn.data.vqa_answers import AnswerVocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import DataError
 
 DIM = 8
 COUNTS = {10: 1, 20: 5, 30: 3, 40: 2, 50: 4, 60: 5}  # regions per image
 VOCAB = Vocabulary(["a", "cube", "red"])
 ENTRIES = [ImageEntry(i, "train", f"{i}.png", [["a", "cube"], ["red"]], ["A cube", "Red"]) for i in COUNTS]
+PIECES = WordPieceVocabulary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "cube"])
 CPU = torch.device("cpu")
 
 
@@ -112,6 +117,41 @@ def test_stored_vqa_batches_widen_to_the_float32_batches(written, workers: int, 
                                   batch_size=5, collate_fn=SharedBatches(collate_vqa), num_workers=workers)
                for stored in (False, True)}
     assert_widen_to(list(loaders[False]), list(loaders[True]), values, zero=zero_image)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stored_pretraining_batches_widen_to_the_float32_batches(written, workers: int) -> None:
+    store, values = written
+    pairs = [Pair(image_id, text) for text in ("a red cube", "a cube") for image_id in COUNTS]
+    loaders = {stored: DataLoader(PretrainDataset(pairs, store, PIECES, 2, max_regions=4, max_length=6, object_classes=1,
+                                                  attribute_classes=1, stored_dtype=stored),
+                                  batch_size=5, collate_fn=SharedBatches(collate_pretrain), num_workers=workers)
+               for stored in (False, True)}
+    assert_widen_to(list(loaders[False]), list(loaders[True]), values)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stored_nlvr2_batches_widen_to_the_float32_batches(written, workers: int) -> None:
+    store, values = written
+    images = list(COUNTS)
+    statements = [Statement(f"s{n}", (images[n % 6], images[(n + 1) % 6]), "a red cube", n % 2) for n in range(7)]
+    loaders = {stored: DataLoader(NLVR2Dataset(statements, store, PIECES, max_regions=4, max_question_len=6,
+                                               stored_dtype=stored),
+                                  batch_size=3, collate_fn=SharedBatches(collate_nlvr2), num_workers=workers)
+               for stored in (False, True)}
+    plain, half = list(loaders[False]), list(loaders[True])
+    assert len(plain) == len(half) == 3
+    for before, after, rows in zip(plain, half, (range(0, 3), range(3, 6), range(6, 7))):
+        assert before["features"].dtype == torch.float32 and after["features"].dtype == torch.float16
+        widened = batch_to_device(after, CPU)
+        assert widened.keys() == before.keys() and widened["identifiers"] == before["identifiers"]
+        for key in ("features", "boxes", "region_mask", "questions", "question_mask", "labels"):
+            assert widened[key].dtype == before[key].dtype
+            assert torch.equal(bits(widened[key]), bits(before[key])), key
+        shown = [image for n in rows for image in statements[n].images]  # left, right of each statement
+        want = expected_features(values, shown, 4)
+        got = widened["features"].flatten(0, 1)  # (B, 2, N, D) -> (2B, N, D), image-major within a statement
+        assert np.array_equal(got.numpy().view(np.int32), want.view(np.int32))
 
 
 def test_get_stored_checks_what_get_checks(written) -> None:

@@ -9,16 +9,20 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 import vlattn
 from vlattn.cli import app
+from vlattn.config import load_config
+from vlattn.data.features import open_store
 from vlattn.data.gqa import load_gqa_split
 from vlattn.data.nlvr2 import load_statements, nlvr2_metrics
 from vlattn.data.synth import generate
 from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import ConfigError
+from vlattn.tasks.nlvr2 import NLVR2, load_nlvr2_data
 
 runner = CliRunner()
 TINY = ["--set", "model.feature_dim=8", "--set", "model.d_model=16", "--set", "model.num_heads=2",
@@ -155,3 +159,17 @@ def test_lw_lxmert_fine_tunes_with_the_scaled_rate(synth: Path, tmp_path: Path) 
     report = train_and_eval("vqa-lw-lxmert", synth, tmp_path / "lw", *VQA_FILES,
                             "--set", "train.schedule.options.lr=7.0710678e-4")  # x sqrt(2) = the 1e-3 of the others
     assert report["task"] == "vqa" and 0.0 <= report["overall"] <= 100.0
+
+
+def test_nlvr2_training_statements_carry_the_stores_float16_and_validation_float32(synth: Path) -> None:
+    # no region cache: the cache keeps what it holds as float32
+    cfg = load_config("nlvr2-lxmert", [f"data.root={synth}", "data.questions=nlvr2/{split}.json",
+                                       "data.vqa_splits={train: [train], val: [val], test: [test]}",
+                                       "data.region_cache_mb=0"])
+    data = load_nlvr2_data(cfg.data)
+    stored = open_store(synth / "features").get_stored(data.split("train")[0].images[0]).features
+    assert stored.dtype == np.float16
+    train = NLVR2.stages["train"].train_set(cfg, data)
+    assert np.array_equal(train[0]["regions"][0].features, stored)  # the loop widens them (batch_to_device)
+    assert train[0]["regions"][0].features.dtype == np.float16
+    assert data.dataset("val", labelled=True)[0]["regions"][0].features.dtype == np.float32

@@ -199,3 +199,17 @@ def test_memmap_store_keeps_attributes_beside_classes(tmp_path: Path) -> None:
     assert labels.attribute_scores.tolist() == [0.5] * 3
     with pytest.raises(DataError, match="with and without attributes"):
         write_memmap(tmp_path / "t", [(1, regions(2)), (2, regions(3, attributes=False))])
+
+
+
+def test_training_pairs_carry_the_stores_float16_and_validation_pairs_float32(synth: Path) -> None:
+    # no region cache: the cache keeps what it holds as float32
+    cfg = load_config("lxmert-pretrain-demo", [f"data.root={synth}", *TINY, "data.region_cache_mb=0"])
+    data = tasks.pretraining.load_pretrain_data(cfg)
+    image_id = data.pairs("train")[0].image_id
+    stored = open_store(synth / "features").get_stored(image_id).features
+    assert stored.dtype == np.float16
+    train, val = data.train_set(), data.dataset("val")
+    assert np.array_equal(train[0]["regions"].features, stored)  # the loop widens them (batch_to_device)
+    assert train[0]["regions"].features.dtype == np.float16
+    assert val[0]["regions"].features.dtype == np.float32  # validation reads them as float32

@@ -27,14 +27,14 @@ The released code differs from the paper in two ways for captioning and cannot r
 
 - Captioning (``ImageCaptioning/models/transformer_lightweight``): the attention shares weights across groups and
   makes the linear merge group-wise as well — ``share_weights: true, group_merge: true`` here; the paper's
-  LW-Transformer keeps a dense merge (our default). And every attention sub-layer is wrapped in residual +
-  LayerNorm twice: its ``LMultiHeadAttention`` already returns LayerNorm(q + dropout(attention)), and the encoder
-  and decoder layers add their own LayerNorm(q + dropout(that)) around it (``EncoderLayer.lnorm``,
-  ``DecoderLayer.lnorm1``/``lnorm2``), in the LW model and in the authors' own Transformer baseline alike. That is
-  one more LayerNorm (2 d parameters) per attention sub-layer: 18 x 1,024 = 18,432 parameters for the 6 + 6-layer
-  model (6 encoder self-attentions, 6 decoder self- and 6 cross-attentions), beyond ``vlattn/presets/lw-transformer.yaml``
-  with ``group_merge: true``. vlattn keeps the standard Transformer layer's single residual + LayerNorm (the paper
-  changes the attention and the feed-forward only); the doubled norm is not offered as an option.
+  LW-Transformer keeps a dense merge (our default). Its projections otherwise agree with ours: one Linear per
+  contiguous channel group, heads group by group, logits / sqrt(d_k) with ``--d_k`` 64 (1x) or 192 (3x,
+  ``expansion: 3``). And every attention sub-layer is wrapped in residual + LayerNorm twice (its
+  ``LMultiHeadAttention`` already returns LayerNorm(q + dropout(attention)), and the encoder and decoder layers add
+  their own LayerNorm(q + dropout(that))), in the LW model and in the authors' own Transformer baseline alike: the
+  model kind ``transformer``'s ``options.residual: official`` (18 x 1,024 = 18,432 parameters more at 6 + 6 layers).
+  ``vlattn/presets/lw-transformer-official.yaml`` sets both with the rest of the released code's options
+  (:mod:`vlattn.models.transformer` lists every difference and agreement).
 - VQA (``VQA/openvqa/models/lwtransformer``, OpenVQA's MCAN): it cannot be built for any k — the ``openvqa/ops``
   and ``openvqa/utils`` folders it imports are not in the repository and ``LAYERDROP_R`` is defined nowhere. With
   those supplied from OpenVQA, it passes the head count and head width to its attention in swapped order, so at

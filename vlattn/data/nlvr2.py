@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
+from vlattn.data.handover import SlotArena
 from vlattn.data.jsonfiles import read_json
 from vlattn.data.regions import first_regions
 from vlattn.data.vocab import Vocabulary
@@ -90,12 +91,15 @@ def nlvr2_metrics(predictions: Mapping[str, int], statements: Sequence[Statement
 
 
 class NLVR2Dataset(Dataset):
-    """Statements with both images' first ``max_regions`` regions and the encoded sentence."""
+    """Statements with both images' first ``max_regions`` regions and the encoded sentence. ``stored_dtype``: the
+    regions' features in the store's dtype (float16 from a memmap store; :func:`~vlattn.data.regions.first_regions`),
+    for a consumer that widens them (:func:`~vlattn.data.regions.batch_to_device`), else float32."""
 
     def __init__(self, statements: Sequence[Statement], store: FeatureStore, words: Vocabulary | WordPieceVocabulary,
-                 max_regions: int, max_question_len: int) -> None:
+                 max_regions: int, max_question_len: int, stored_dtype: bool = False) -> None:
         self.statements = list(statements)
         self.store, self.words, self.max_regions, self.max_question_len = store, words, max_regions, max_question_len
+        self.stored_dtype = stored_dtype
         require_ids(store, sorted({i for s in self.statements for i in s.images}), None)
 
     def __len__(self) -> int:
@@ -106,7 +110,7 @@ class NLVR2Dataset(Dataset):
         item: dict[str, Any] = {
             "identifier": s.identifier,
             "image_ids": s.images,
-            "regions": tuple(first_regions(self.store, i, self.max_regions) for i in s.images),
+            "regions": tuple(first_regions(self.store, i, self.max_regions, self.stored_dtype) for i in s.images),
             "question": encode_question(self.words, s.sentence, self.max_question_len),
         }
         if s.label is not None:
@@ -114,10 +118,11 @@ class NLVR2Dataset(Dataset):
         return item
 
 
-def collate_nlvr2(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The batch the pair model reads (see the module docstring), plus ``identifiers``."""
+def collate_nlvr2(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+    """The batch the pair model reads (see the module docstring), plus ``identifiers``; ``shared`` as in
+    :func:`~vlattn.data.captioning.collate_regions`."""
     flat = [{"image_id": i, "regions": r} for item in batch for i, r in zip(item["image_ids"], item["regions"])]
-    regions = collate_regions(flat)
+    regions = collate_regions(flat, shared)
     out: dict[str, Any] = {key: regions[key].unflatten(0, (len(batch), 2))
                            for key in ("features", "boxes", "region_mask")}
     out["identifiers"] = [item["identifier"] for item in batch]

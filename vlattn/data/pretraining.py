@@ -25,6 +25,7 @@ from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
 from vlattn.data.features.labels import region_labels
+from vlattn.data.handover import SlotArena
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.regions import first_regions
 from vlattn.data.vqa import VQASplit
@@ -73,15 +74,17 @@ class PretrainDataset(Dataset):
     (A,) float32 soft scores (zeros for a caption), ``objects``/``attributes`` (N,) int64 classes and their
     ``object_scores``/``attribute_scores`` (N,) float32 (classes :data:`IGNORE` and scores 0 where the store has no
     labels). A class outside ``[0, object_classes)`` (``attribute_classes``) is a ``DataError`` naming the store and
-    the image. Every image must be in the store (one error names the missing ids)."""
+    the image. Every image must be in the store (one error names the missing ids). ``stored_dtype``: the regions'
+    features in the store's dtype (float16 from a memmap store; :func:`~vlattn.data.regions.first_regions`), for a
+    consumer that widens them (:func:`~vlattn.data.regions.batch_to_device`), else float32."""
 
     def __init__(self, pairs: Sequence[Pair], store: FeatureStore, words: WordPieceVocabulary, answers: int, *,
                  max_regions: int, max_length: int, object_classes: int, attribute_classes: int,
-                 source: str | Path | None = None) -> None:
+                 source: str | Path | None = None, stored_dtype: bool = False) -> None:
         if not pairs:
             raise DataError("no image-sentence pairs to pretrain on", path=source or store.path)
         self.pairs, self.store, self.words, self.answers = list(pairs), store, words, answers
-        self.max_regions, self.max_length = max_regions, max_length
+        self.max_regions, self.max_length, self.stored_dtype = max_regions, max_length, stored_dtype
         self.classes = {"objects": object_classes, "attributes": attribute_classes}
         require_ids(store, sorted({p.image_id for p in self.pairs}), None)
         self.image_ids = torch.tensor([p.image_id for p in self.pairs], dtype=torch.long)  # (P,)
@@ -115,7 +118,7 @@ class PretrainDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         pair = self.pairs[index]
-        regions = first_regions(self.store, pair.image_id, self.max_regions)
+        regions = first_regions(self.store, pair.image_id, self.max_regions, self.stored_dtype)
         target = np.zeros(self.answers, dtype=np.float32)
         for answer, score in (pair.answers or {}).items():
             target[answer] = score
@@ -131,11 +134,11 @@ def pad_texts(texts: Sequence[Sequence[int]], pad: int = WordPieceVocabulary.PAD
     return out
 
 
-def collate_pretrain(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Batch: :func:`~vlattn.data.captioning.collate_regions` plus ``pair_ids`` (B,), ``questions`` (B, L) ids
+def collate_pretrain(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+    """Batch: :func:`~vlattn.data.captioning.collate_regions` (``shared`` as there) plus ``pair_ids`` (B,), ``questions`` (B, L) ids
     padded with ``[PAD]``, ``question_mask`` (B, L), ``answers`` (B, A), and ``objects``, ``attributes`` (B, N)
     long (IGNORE at padded regions) with ``object_scores``, ``attribute_scores`` (B, N) float (0 there)."""
-    out = collate_regions(batch)
+    out = collate_regions(batch, shared)
     out["pair_ids"] = torch.tensor([item["index"] for item in batch], dtype=torch.long)
     out["questions"] = pad_texts([item["text"] for item in batch])
     out["question_mask"] = out["questions"] != WordPieceVocabulary.PAD

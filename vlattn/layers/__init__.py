@@ -5,11 +5,12 @@ from vlattn.layers.feedforward import FEED_FORWARD, FeedForward, GroupFeedForwar
 from vlattn.layers.geometry import BoxGeometry
 from vlattn.layers.grouped import GroupedLinear
 from vlattn.layers.positional import PositionTable, SinusoidalPositions, sinusoidal_positions
-from vlattn.layers.sublayer import PostNorm, StdLayerNorm
+from vlattn.layers.sublayer import DoublePostNorm, PostNorm, StdLayerNorm
 
 __all__ = [
     "FEED_FORWARD",
     "BoxGeometry",
+    "DoublePostNorm",
     "FeedForward",
     "GroupFeedForward",
     "GroupedLinear",

@@ -12,7 +12,10 @@ Transformer) or ``gelu`` (BERT and LXMERT: the exact, erf-based GeLU).
   into k groups H_i of d_f / k and each is mapped to d / k channels, G-FFN(x) = [H_1 W2 + b2, ..., H_k W2 + b2],
   with one W2 in R^{d_f/k x d/k} shared by the groups (WS) or one per group. ``group_intermediate`` (G-IL,
   Table III, the "mini" variant) makes the expanding layer group-wise too (d/k -> d_f/k per group), which
-  splits the FFN into k independent ones. k = 1 is the plain FFN (same parameter names and shapes).
+  splits the FFN into k independent ones. k = 1 is the plain FFN (same parameter names and shapes). The released
+  captioning code's ``LPositionWiseFeedForward`` (luogen1996/LWTransformer) is this with ``share_weights``: dense
+  ``fc1``, ReLU, dropout, then one ``fc2`` (d_f/k -> d/k) over the k contiguous hidden groups; its residual,
+  dropout and LayerNorm are the layer's post-norm here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Post-LN residual connection around a sub-layer (Vaswani et al. 2017, Sec. 3.1; NG-SAN Sec. 3.2):
-LayerNorm(x + Dropout(Sublayer(x))); and the LayerNorm variant of MCAN's released code.
+LayerNorm(x + Dropout(Sublayer(x))); the doubled form of the released LW-Transformer captioning code; and the
+LayerNorm variant of MCAN's released code.
 """
 
 from __future__ import annotations
@@ -39,3 +40,22 @@ class PostNorm(nn.Module):
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         """Residual input ``x`` and sub-layer output ``y``, both (B, N, d) -> (B, N, d)."""
         return self.norm(x + self.dropout(y))
+
+
+class DoublePostNorm(nn.Module):
+    """Residual + LayerNorm applied twice around one sub-layer, as the released LW-Transformer captioning code wraps
+    every attention (its ``LMultiHeadAttention`` returns LayerNorm(x + dropout(y)), and the encoder/decoder layer
+    adds LayerNorm(x + dropout(that))):
+
+        forward(x, y) = outer(x, inner(x, y)) = LN_o(x + dropout(LN_i(x + dropout(y)))),
+
+    both residuals over the same input ``x``; (B, N, d). Two LayerNorms: 4 d parameters instead of 2 d."""
+
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.inner = PostNorm(d_model, dropout)
+        self.outer = PostNorm(d_model, dropout)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        """Residual input ``x`` and sub-layer output ``y``, both (B, N, d) -> (B, N, d)."""
+        return self.outer(x, self.inner(x, y))

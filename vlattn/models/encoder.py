@@ -9,8 +9,9 @@ mask as the query mask and a :class:`~vlattn.layers.BoxGeometry` whose pairwise 
 shared by every layer.
 
 The padding mask comes from ``region_mask`` (True = real region) and is applied to the keys of every layer.
-``released_padding = R`` instead reproduces the released M2 code: its data loader zero-pads every image to
-exactly R = 50 regions, and the encoder derives the mask from activations — a region is padding when its
+``released_padding = R`` instead reproduces the released M2 code (and the LW-Transformer captioning code built on
+it): its data loader zero-pads every image to exactly R = 50 regions, and the encoder derives the mask from
+activations — a region is padding when its
 projected features (after the input LayerNorm) sum to exactly zero. A LayerNorm output sums to ~0 while the
 norm's bias is near its initial 0, so early in training rounding decides which rows (real ones included) are
 masked; once the bias has trained, no sum is zero, nothing is masked and the zero rows are attended like

@@ -20,7 +20,9 @@ reads levels 0-2 only, silently ignoring any further encoder layer.
 The released code (aimagelab/meshed-memory-transformer) differs from the paper in four documented ways;
 each is an option whose default is the paper reading and whose ``official`` value reproduces the code
 exactly (``vlattn/presets/m2-official.yaml`` sets them all; ``vlattn import-checkpoint --format m2-official``
-writes them into an imported model's config):
+writes them into an imported model's config). ``positions``, ``padding`` and ``init`` belong to the code base, which
+the released LW-Transformer captioning code reuses: kind ``transformer`` offers them too
+(:mod:`vlattn.models.released`).
 
 - ``residual``: ``paper`` | ``official`` — where the meshed cross-attention's AddNorm sits (see
   :mod:`vlattn.models.meshed`, beside Eq. 9). Dropout: Sec. 4.2 places it "after each attention and
@@ -57,14 +59,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from torch import nn
-
-from vlattn.attention import MemoryAugmentedAttention, Site
-from vlattn.config import MAX_LENGTH, ModelConfig, bounded, parse_options
+from vlattn.attention import Site
+from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
-from vlattn.layers import PositionTable, SinusoidalPositions
-from vlattn.models.init import xavier_saved_tensors
 from vlattn.models.meshed import MeshedCrossAttention
+from vlattn.models.released import ReleasedCodeOptions
 from vlattn.models.transformer import Parts, TransformerCaptioner, encoder_decoder
 
 # connectivity -> the encoder levels decoder layer ``layer`` attends, given ``levels`` encoder layers
@@ -73,21 +72,15 @@ CONNECTIVITY: dict[str, Callable[[int, int], list[int]]] = {
     "one_to_one": lambda layer, levels: [layer],
 }
 
-# positions -> decoder position module (d_model, max_positions)
-POSITIONS: dict[str, Callable[[int, int], nn.Module]] = {"sinusoidal": SinusoidalPositions, "table": PositionTable}
-
 
 @dataclass
-class M2Options:
-    """``model.options`` of kind ``m2`` (see the module docstring)."""
+class M2Options(ReleasedCodeOptions):
+    """``model.options`` of kind ``m2`` (see the module docstring); ``positions``, ``padding``, ``padded_regions``
+    and ``init`` are the released code base's (:class:`~vlattn.models.released.ReleasedCodeOptions`)."""
 
     connectivity: Literal["meshed", "one_to_one"] = "meshed"
     gating: Literal["sigmoid", "softmax"] = "sigmoid"
     residual: Literal["paper", "official"] = "paper"
-    positions: Literal["sinusoidal", "table"] = "sinusoidal"
-    padding: Literal["regions", "official"] = "regions"
-    padded_regions: int = bounded(50, ge=1, le=MAX_LENGTH)
-    init: Literal["paper", "official"] = "paper"
 
 
 def m2_options(cfg: ModelConfig) -> M2Options:
@@ -100,14 +93,7 @@ def m2_options(cfg: ModelConfig) -> M2Options:
         )
     if cfg.encoder_layers < 1:
         raise ConfigError("model.encoder_layers: M2's meshed decoder needs at least one encoder layer")
-    encoder = cfg.encoder_self_attention
-    if options.init == "official" and encoder.name == "memory":
-        memory = parse_options(MemoryAugmentedAttention.Options, encoder.options, "model.encoder_self_attention.options")
-        if memory.init != "official":
-            raise ConfigError(
-                "model.options.init: official draws the memory slots as the released code does; set "
-                "model.encoder_self_attention.options.init: official too"
-            )
+    options.check_memory_init(cfg)
     return options
 
 
@@ -126,13 +112,4 @@ def build_m2(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerC
             attention, parts.norm(), cfg.d_model, levels, options.gating, residual=options.residual
         )
 
-    model = encoder_decoder(
-        parts, vocab_size, pad_id, meshed_site,
-        positions=POSITIONS[options.positions](cfg.d_model, cfg.max_positions),
-        embed_dropout=0.0,
-        released_padding=options.padded_regions if options.padding == "official" else None,
-    )
-    if options.init == "official":
-        memories = [m for m in model.modules() if isinstance(m, MemoryAugmentedAttention)]
-        xavier_saved_tensors(model, skip=[p for m in memories for p in (m.memory_keys, m.memory_values)])
-    return model
+    return encoder_decoder(parts, vocab_size, pad_id, meshed_site, released=options, embed_dropout=0.0)

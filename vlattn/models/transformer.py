@@ -15,13 +15,45 @@ self-attention caches have one row per decoding row (R = B g: g beams or samples
 image). ``reorder(state, index)`` therefore requires ``index`` to keep every row with its image (what beam search
 and sampling do: expanding each image to g rows, choosing among an image's own beams) and gathers only the
 self-attention caches, one gather per layer.
+
+``ModelConfig.options`` of kind ``transformer`` (:class:`TransformerOptions`) reproduce the released LW-Transformer
+captioning code (luogen1996/LWTransformer, ``ImageCaptioning/models/transformer_lightweight``; its dense twin
+``transformer_official`` is the same with plain attention and feed-forward), each default being the paper reading
+(``vlattn/presets/lw-transformer-official.yaml`` sets them all):
+
+- ``residual``: ``paper`` | ``official``: every attention sub-layer (encoder self, decoder self and cross) wrapped in
+  residual + LayerNorm twice, LN_b(x + dropout(LN_a(x + dropout(attention)))) (:class:`~vlattn.layers.DoublePostNorm`):
+  the released ``LMultiHeadAttention`` already returns LN_a(q + dropout(attention)) and ``EncoderLayer.lnorm`` /
+  ``DecoderLayer.lnorm1``/``lnorm2`` add LN_b. One more LayerNorm (2 d parameters) per attention sub-layer:
+  (L_enc + 2 L_dec) x 2 d, 18 x 1,024 = 18,432 at 6 + 6 layers and d = 512. The feed-forward keeps one.
+- ``positions``, ``padding``, ``padded_regions``, ``init``: the M2 code base's, which the LW code reuses
+  (:mod:`vlattn.models.released`): its frozen position table, zero-padding to 50 regions with the mask from the
+  activations and pad tokens masked in the decoder, and Xavier on every saved matrix.
+
+The other differences from the paper are model-wide keys or attention/feed-forward options:
+``model.attention_dropout: 0.1`` (``LScaledDotProductAttention`` drops the attention weights; the kind's default
+follows Vaswani et al.: none), ``model.embedding_dropout: 0`` (``word_emb + pos_emb``, no dropout; default
+``dropout``), ``max_positions: 54``, ``output_bias: false`` (``decoder.fc``), and ``group_merge: true`` at the
+``gmha`` sites: the released attention applies one shared Linear per group to the queries, keys, values *and* the
+merge (G-LML), where the paper keeps a dense merge (:mod:`vlattn.attention.groupwise`).
+
+Checked to agree (``tests/models/test_lw_official.py`` against ``tests/lw_released.py``, to 1e-5): the encoder's
+input projection (``fc``, ReLU, dropout, LayerNorm: :func:`~vlattn.models.encoder.region_projection`) and its
+last layer as the decoder's memory; the group-wise projections (contiguous channel groups, heads group by group,
+logits / sqrt(d_k) with d_k = 64 for 1x and 192 = expansion 3 for 3x, values d / h); G-FFN (dense ``fc1``, one
+``fc2`` d_f/k -> d/k over contiguous hidden groups: ``gffn`` with ``share_weights``); the dropout positions (input
+projection, feed-forward inside and output, both residuals of the doubled norm, attention weights); and the decoder's
+pad handling: the released layers multiply pad positions' states by 0 after every sub-layer, ours zero only the
+final states, which gives the same outputs because a pad position is never attended as a key (its intermediate
+states reach no other position) and its first key, BOS, is real. The released ``--head`` flag and its encoder's
+``attention_module_kwargs`` never reach the model (8 heads always).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
@@ -29,11 +61,12 @@ from vlattn.attention import AttentionDims, Site, build_attention, check_placeme
 from vlattn.attention.cache import reorder_state
 from vlattn.config import ModelConfig, parse_options
 from vlattn.errors import ConfigError
-from vlattn.layers import PostNorm, SinusoidalPositions, build_feed_forward
+from vlattn.layers import DoublePostNorm, PostNorm, build_feed_forward
 from vlattn.layers.boxes import BOX_CHANNELS, SinusoidalBoxEncoding, with_box_channels
 from vlattn.layers.rows import image_rows
 from vlattn.models.decoder import CrossAttentionSite, DecoderLayer, TransformerDecoder, regroup
 from vlattn.models.encoder import EncoderLayer, Memory, TransformerEncoder, region_projection
+from vlattn.models.released import ReleasedCodeOptions
 
 ModelInputs = Mapping[str, Tensor]
 
@@ -145,11 +178,14 @@ class Parts:
     """Builds the parts of a Transformer-family model from ``cfg``: each site's attention (validated against
     the mechanism's capabilities, errors naming ``model.<site>``), feed-forwards and norms.
     ``attention_dropout``: the kind's default dropout on the attention weights when ``cfg.attention_dropout`` is
-    None (None here: ``cfg.dropout``)."""
+    None (None here: ``cfg.dropout``). ``double_attention_norm``: every attention sub-layer (encoder self,
+    decoder self, plain cross site) wrapped in residual + LayerNorm twice (:class:`~vlattn.layers.DoublePostNorm`,
+    the released LW-Transformer captioning code); the feed-forward keeps one."""
 
     cfg: ModelConfig
     use_cache: bool = True
     attention_dropout: float | None = None
+    double_attention_norm: bool = False
 
     @property
     def dropout(self) -> float:
@@ -190,6 +226,12 @@ class Parts:
     def norm(self) -> PostNorm:
         return PostNorm(self.cfg.d_model, self.cfg.dropout)
 
+    def attention_norm(self) -> nn.Module:
+        """The residual + norm of an attention sub-layer: (x, attended) -> (B, N, d)."""
+        if self.double_attention_norm:
+            return DoublePostNorm(self.cfg.d_model, self.cfg.dropout)
+        return self.norm()
+
     def box_encoding(self) -> nn.Module | None:
         """The absolute box encoding added to the encoder input (``model.box_encoding``), or None."""
         if self.cfg.box_encoding == "none":
@@ -201,11 +243,11 @@ class Parts:
     def encoder_layer(self, site: Site = Site.ENCODER_SELF) -> EncoderLayer:
         """An encoder layer whose attention (``model.encoder_self_attention``) serves sites of kind ``site``."""
         attention = self.attention("encoder_self_attention", site, has_geometry=site is Site.ENCODER_SELF)
-        return EncoderLayer(attention, self.feed_forward(), self.norm(), self.norm())
+        return EncoderLayer(attention, self.feed_forward(), self.attention_norm(), self.norm())
 
     def cross_site(self, layer: int) -> nn.Module:
         """The plain cross-attention site: the last level of the region memory."""
-        return CrossAttentionSite(self.attention("decoder_cross_attention", Site.CROSS), self.norm())
+        return CrossAttentionSite(self.attention("decoder_cross_attention", Site.CROSS), self.attention_norm())
 
     def decoder_layers(self, make_cross_site: Callable[[int], nn.Module]) -> list[DecoderLayer]:
         """``decoder_layers`` layers; parameters are created in the order self-attention, cross site,
@@ -214,50 +256,57 @@ class Parts:
         for i in range(self.cfg.decoder_layers):
             attention = self.attention("decoder_self_attention", Site.DECODER_SELF, cached=self.use_cache)
             cross = make_cross_site(i)
-            layers.append(DecoderLayer(attention, self.norm(), cross, self.feed_forward(), self.norm()))
+            layers.append(DecoderLayer(attention, self.attention_norm(), cross, self.feed_forward(), self.norm()))
         return layers
 
 
 @dataclass
-class TransformerOptions:
-    """Kind ``transformer`` has no options of its own."""
+class TransformerOptions(ReleasedCodeOptions):
+    """``model.options`` of kind ``transformer``: ``residual`` (``paper`` | ``official``: every attention sub-layer
+    wrapped in residual + LayerNorm twice) and the released code base's ``positions``, ``padding``,
+    ``padded_regions``, ``init`` (:class:`~vlattn.models.released.ReleasedCodeOptions`); see the module docstring."""
+
+    residual: Literal["paper", "official"] = "paper"
 
 
 def build_transformer(cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> TransformerCaptioner:
     """The Transformer captioner described by ``cfg``."""
-    parse_options(TransformerOptions, cfg.options, "model.options")
-    parts = Parts(cfg, attention_dropout=0.0)  # Vaswani et al. Sec. 5.4: residual and embedding dropout only
-    return encoder_decoder(parts, vocab_size, pad_id, parts.cross_site)
+    options = parse_options(TransformerOptions, cfg.options, "model.options")
+    options.check_memory_init(cfg)
+    # Vaswani et al. Sec. 5.4: residual and embedding dropout only
+    parts = Parts(cfg, attention_dropout=0.0, double_attention_norm=options.residual == "official")
+    return encoder_decoder(parts, vocab_size, pad_id, parts.cross_site, released=options)
 
 
 def encoder_decoder(
     parts: Parts, vocab_size: int, pad_id: int, make_cross_site: Callable[[int], nn.Module], *,
-    positions: nn.Module | None = None, embed_dropout: float | None = None, released_padding: int | None = None,
+    released: ReleasedCodeOptions | None = None, embed_dropout: float | None = None,
 ) -> TransformerCaptioner:
     """Encoder and decoder stacks of ``parts.cfg`` with the cross-attention site of decoder layer i from
     ``make_cross_site(i)`` (the extension point of model kinds that differ there, e.g. M2).
 
-    ``positions``: the decoder's position module (default sinusoidal); ``embed_dropout``: the kind's default
-    dropout on the summed word and position embeddings when ``cfg.embedding_dropout`` is None (None here:
-    ``cfg.dropout``); ``released_padding``: the released M2
-    code's padding rules — regions zero-padded to this many and masked from activations, decoder pad tokens
-    masked (see :class:`~vlattn.models.encoder.TransformerEncoder` and
-    :class:`~vlattn.models.decoder.TransformerDecoder`); None = the region mask.
+    ``released``: the M2 code base's positions, padding rules and initialisation
+    (:class:`~vlattn.models.released.ReleasedCodeOptions`; None = their paper defaults: sinusoidal positions,
+    the region mask, each module's own initialisation); ``embed_dropout``: the kind's default dropout on the
+    summed word and position embeddings when ``cfg.embedding_dropout`` is None (None here: ``cfg.dropout``).
     """
-    cfg = parts.cfg
+    cfg, released = parts.cfg, released or ReleasedCodeOptions()
     input_dim = cfg.feature_dim + (BOX_CHANNELS if cfg.box_input else 0)
     encoder = TransformerEncoder(
         region_projection(input_dim, cfg.d_model, cfg.dropout),
         [parts.encoder_layer() for _ in range(cfg.encoder_layers)],
         parts.box_encoding(),
-        released_padding=released_padding,
+        released_padding=released.released_padding,
     )
     embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
     layers = parts.decoder_layers(make_cross_site)
     output = nn.Linear(cfg.d_model, vocab_size, bias=cfg.output_bias)
     if cfg.tie_embeddings:
         output.weight = embed.weight
-    positions = positions if positions is not None else SinusoidalPositions(cfg.d_model, cfg.max_positions)
+    positions = released.position_module(cfg.d_model, cfg.max_positions)
     dropout = first_set(cfg.embedding_dropout, embed_dropout, cfg.dropout)
-    decoder = TransformerDecoder(embed, positions, layers, output, dropout, None if released_padding is None else pad_id)
-    return TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
+    decoder = TransformerDecoder(embed, positions, layers, output, dropout,
+                                 None if released.released_padding is None else pad_id)
+    model = TransformerCaptioner(encoder, decoder, use_cache=parts.use_cache, box_input=cfg.box_input)
+    released.initialise(model)
+    return model

@@ -74,11 +74,14 @@ class NLVR2Data:
                                  for s in load_statements(self.root / cfg.questions.format(split=sub))]
         return self.loaded[name]
 
-    def dataset(self, name: str, *, labelled: bool = False) -> NLVR2Dataset:
+    def dataset(self, name: str, *, labelled: bool = False, training: bool = False) -> NLVR2Dataset:
+        """The statements of split ``name`` (``labelled``: each must have its label); for ``training``, the features
+        in the store's dtype (the training loop widens them), else float32."""
         statements = self.split(name)
         if labelled and any(s.label is None for s in statements):
             raise DataError(f"split {name!r} has unlabelled examples", path=self.root / self.config.questions)
-        return NLVR2Dataset(statements, self.store, self.words, self.config.max_regions, self.config.max_question_len)
+        return NLVR2Dataset(statements, self.store, self.words, self.config.max_regions, self.config.max_question_len,
+                            stored_dtype=training)
 
     def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources:
         """Training regions and the model's word embeddings (for mechanisms with data-dependent initialisation)."""
@@ -139,7 +142,7 @@ TRAIN: Stage[NLVR2Data] = Stage(
     load_data=stage_data,
     build_model=lambda cfg, data: build_model(cfg, len(data.words), data.store.dim),
     objective=lambda cfg, data, device: pair_objective,
-    train_set=lambda cfg, data: data.dataset("train", labelled=True),
+    train_set=lambda cfg, data: data.dataset("train", labelled=True, training=True),
     collate=collate_nlvr2,
     validator=make_validator,
     selection_metric="accuracy",

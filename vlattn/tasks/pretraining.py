@@ -120,9 +120,10 @@ class PretrainData:
             self.loaded[split] = pairs
         return self.loaded[split]
 
-    def dataset(self, split: str, limit: int = 0) -> PretrainDataset:
-        """The pairs of ``split`` (those of its first ``limit`` images when > 0) with their regions and labels."""
-        key = f"{split}:{limit}"
+    def dataset(self, split: str, limit: int = 0, *, training: bool = False) -> PretrainDataset:
+        """The pairs of ``split`` (those of its first ``limit`` images when > 0) with their regions and labels; for
+        ``training``, the features in the store's dtype (the training loop widens them), else float32."""
+        key = f"{split}:{limit}:{training}"
         if key not in self.datasets:
             pairs = self.pairs(split)
             if limit > 0:
@@ -131,12 +132,12 @@ class PretrainData:
             self.datasets[key] = PretrainDataset(
                 pairs, self.store, self.words, len(self.answers), max_regions=self.config.max_regions,
                 max_length=self.config.max_question_len, object_classes=self.options.object_classes,
-                attribute_classes=self.options.attribute_classes, source=self.root)
+                attribute_classes=self.options.attribute_classes, source=self.root, stored_dtype=training)
         return self.datasets[key]
 
     def train_set(self) -> PretrainDataset:
         """The training pairs; the store must label the regions when an object or attribute loss is on."""
-        dataset = self.dataset("train")
+        dataset = self.dataset("train", training=True)
         check_labels(self.store, dataset.pairs[0].image_id, self.options)
         return dataset
 
@@ -151,7 +152,7 @@ class PretrainData:
 
     def prepare_resources(self, model: nn.Module, seed: int) -> PrepareResources:
         """Training regions, the sentences' WordPiece counts and the model's word embeddings."""
-        dataset = self.dataset("train")
+        dataset = self.dataset("train", training=True)
         regions = RegionSampler(self.store, sorted({p.image_id for p in dataset.pairs}), self.config.max_regions)
         pieces = [i for index in range(len(dataset)) for i in dataset.text(index)]
         counts = torch.bincount(torch.tensor(pieces, dtype=torch.long), minlength=len(self.words))
@@ -243,7 +244,7 @@ def corrupted_batches(cfg: Config, data: PretrainData, settings: PretrainSetting
     generator = torch.Generator().manual_seed(VALIDATION_SEED)
     vocab = masking_vocabulary(data.words)
     for batch in DataLoader(dataset, batch_size=cfg.eval.batch_size, collate_fn=collate_pretrain):
-        inputs, targets = corrupt(batch, settings, data.dataset("train"), vocab, generator)
+        inputs, targets = corrupt(batch, settings, data.dataset("train", training=True), vocab, generator)
         moved = {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()}
         yield moved, type(targets)(*(getattr(targets, f.name).to(device) for f in dataclasses.fields(targets)))
 
@@ -259,8 +260,8 @@ def make_validator(cfg: Config, data: PretrainData, device: torch.device) -> Val
 
 
 def make_objective(cfg: Config, data: PretrainData, device: torch.device) -> PretrainObjective:
-    return PretrainObjective(data.options.resolved(), data.dataset("train"), masking_vocabulary(data.words),
-                             cfg.train.epochs)
+    pool = data.dataset("train", training=True)  # the sentences a mismatched pair takes
+    return PretrainObjective(data.options.resolved(), pool, masking_vocabulary(data.words), cfg.train.epochs)
 
 
 PRETRAIN: Stage[PretrainData] = Stage(
