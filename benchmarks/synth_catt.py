@@ -2,8 +2,9 @@
 variant with several seeds on a split whose training data binds red to circles and stars to circles (p = 0.9, test
 independent) while half of all objects are drawn in shadow (colour not visible) and half the stars go undetected
 (`vlattn data synth ... --ambiguous 0.5 --missed 0.5`, docs/catt.md says why), score the test split with CIDEr-D
-and the bias metrics (CHAIR_s, CHAIR_i, A@Attr; vlattn.metrics.bias), and write the means, spreads and per-seed
-values to benchmarks/RESULTS.md ("CATT bias benchmark on confounded synthetic data").
+and the bias metrics (CHAIR_s, CHAIR_i, A@Attr; vlattn.metrics.bias), and write the means and
+spreads to benchmarks/RESULTS.md ("CATT bias benchmark on confounded synthetic data": the setup, the mean ± sd
+table, the paired differences, ``--note`` and the commands that reproduce it; the per-seed values are printed only).
 Variants (:data:`VARIANTS`): Transformer vs Transformer+CATT (vlattn/presets/demo.yaml, vlattn/presets/catt-demo.yaml), Up-Down vs
 Up-Down+CATT (BUTD+CATT, supplementary Sec. 9: vlattn/presets/updown-demo.yaml, vlattn/presets/updown-catt-demo.yaml), and Table
 6's ablations of Transformer+CATT (w/o Init, w/o Share, dictionary sizes). The main variants (:data:`MAIN`) run
@@ -34,9 +35,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from textwrap import fill
 
-from beam_option import add_beam_option, beam_of, chosen, decoded_as
-from results import write_section
+from beam_option import add_beam_option, beam_of, chosen, decoded_as, decoding_text
+from results import RESULTS, write_section
 
 from vlattn.data.bias import synthetic_lexicon
 from vlattn.metrics.bias import GENERIC, read_caption
@@ -71,6 +73,7 @@ COUNTS = {"amb. circle words"}
 REFERENCE = {"catt": "base", "updown_catt": "updown", "wo_init": "catt", "wo_share": "catt", "d100": "catt",
              "d200": "catt", "d1000": "catt"}
 PAIRED_COLUMNS = ("CIDEr", "CHAIR_s", "CHAIR_i", "A@Attr", "A@Attr amb. circle", "red: amb. circle", "star: circle")
+VAL_IMAGES = 100  # default --val-images
 
 
 def vlattn(*args: str) -> list[str]:
@@ -144,6 +147,8 @@ def measures(run: Path, report: dict, scenes: dict[int, dict]) -> dict[str, floa
     values.update({name: rate(hits) for name, hits in star.items()})
     values["amb. circle words"] = len(words["amb. circle"])
     return values
+
+
 def fmt(values: list[float], digits: int = 3) -> str:
     """Mean ± sample standard deviation of the seeds that have a value (NaN: no such word was generated), with
     ``digits`` decimals; the number of those seeds when some lack one."""
@@ -196,14 +201,29 @@ def driver_commands(evaluated: dict[str, list[int]], args: argparse.Namespace) -
     groups: dict[tuple[int, ...], list[str]] = {}
     for key, seeds in evaluated.items():
         groups.setdefault(tuple(seeds), []).append(key)
-    return [" ".join(["benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs), "--epochs",
-                      str(args.epochs), "--seeds", *map(str, seeds), "--variants", *keys,
+    return [" ".join([".venv/bin/python", "benchmarks/synth_catt.py", "--data", str(args.data), "--runs", str(args.runs),
+                      "--epochs", str(args.epochs), "--seeds", *map(str, seeds), "--variants", *keys,
+                      *([] if args.val_images == VAL_IMAGES else ["--val-images", str(args.val_images)]),
                       *([] if args.beam_size == "auto" else ["--beam-size", str(args.beam_size)]),
                       *[x for s in args.set for x in ("--set", s)]]) for seeds, keys in groups.items()]
 
 
-def table(args: argparse.Namespace) -> str:
-    """The results section (means ± sample standard deviations over the evaluated seeds)."""
+def setup(args: argparse.Namespace) -> str:
+    """The section's first paragraph: what the runs are (the data set's split sizes, the options)."""
+    splits = [i["split"] for i in json.loads((args.data / "dataset.json").read_text())["images"]]
+    sizes = " / ".join(str(splits.count(split)) for split in ("train", "val", "test"))
+    return (f"CATT paper Tables 2 and 6 on the data set of the first command below (training binds red and stars to "
+            f"circles, test independent; objects in shadow, stars missed: docs/catt.md): {sizes} images, "
+            f"{args.epochs} XE epochs, checkpoint best on {args.val_images} val images, test at "
+            f"{decoding_text(args.beam_size)}. Transformer (demo preset trained as catt-demo: no length buckets, "
+            "Bernoulli masks) vs Transformer+CATT (catt-demo: 500 + 500 k-means entries, shared, concat); Up-Down vs "
+            "Up-Down+CATT (100 entries); Table 6's rows change one thing each (columns: benchmarks/synth_catt.py). "
+            "Mean ± sample sd over the seeds run.")
+
+
+def table(args: argparse.Namespace) -> tuple[str, str]:
+    """The results section (the setup, means ± sample standard deviations over the evaluated seeds, the paired
+    differences, ``--note``, the commands) and the per-seed table."""
     scenes = {int(i["image_id"]): i for i in json.loads((args.data / "scenes.json").read_text())["images"]}
     rows, per_seed, evaluated, results = [], [], {}, {}
     for key in args.variants:
@@ -227,12 +247,13 @@ def table(args: argparse.Namespace) -> str:
     commands = [data_command(args.data), *driver_commands(evaluated, args)]
     differences = paired(results)
     paired_header = "| difference | seeds | " + " | ".join(PAIRED_COLUMNS) + " |"
-    return "\n".join([
-        header, rule, *rows, "", "Per seed:", "", header.replace("| seeds | beam |", "| seed | beam |"), rule, *per_seed, "",
-        *(["Paired differences (same seed; mean ± sample standard deviation of the per-seed differences):", "",
+    section = "\n".join([
+        fill(setup(args), 120), "", header, rule, *rows, "",
+        *(["Paired differences (same seed; mean ± sample sd of the per-seed differences):", "",
            paired_header, "|---|---|" + "---|" * len(PAIRED_COLUMNS), *differences, ""] if differences else []),
-        "Commands:", "", "```", *commands, "```",
+        *([fill(args.note, 120), ""] if args.note else []), "Commands:", "", "```", *commands, "```",
     ])
+    return section, "\n".join(["Per seed:", "", header.replace("| seeds | beam |", "| seed | beam |"), rule, *per_seed])
 
 
 def main() -> None:
@@ -242,15 +263,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--epochs", type=int, default=6, help="XE epochs of every run (one budget for all)")
-    parser.add_argument("--val-images", type=int, default=100, help="val images decoded per epoch (selection)")
+    parser.add_argument("--val-images", type=int, default=VAL_IMAGES, help="val images decoded per epoch (selection)")
     add_beam_option(parser)
     parser.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     parser.add_argument("--wrap", type=shlex.split, default=[], help="a prefix of every training/eval command, "
                         "e.g. a job-queue wrapper")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each through --wrap)")
+    parser.add_argument("--note", default="", help="a remark on the results, written under the tables")
     parser.add_argument("--collect-only", action="store_true", help="write the table from the finished runs")
     parser.add_argument("--dry-run", action="store_true", help="print the training commands in order, run nothing")
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results file the section is written to")
     args = parser.parse_args()
     if not args.collect_only:
         with ThreadPoolExecutor(args.jobs) as pool:
@@ -258,10 +281,10 @@ def main() -> None:
                 done.result()
     if args.dry_run:
         return
-    body = table(args)
-    print(body)
+    body, per_seed = table(args)
+    print(per_seed, "", body, sep="\n")
     if not args.no_write:
-        write_section("CATT bias benchmark on confounded synthetic data", body)
+        write_section("CATT bias benchmark on confounded synthetic data", body, args.results)
 
 
 if __name__ == "__main__":

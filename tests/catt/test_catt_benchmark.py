@@ -1,7 +1,7 @@
 """The bias benchmark's driver (benchmarks/synth_catt.py) through its command line: the training commands of every
 variant (``--dry-run``) build the model its row names, main variants first; the table collected from finished runs
 (``--collect-only``) holds the bias columns computed by hand, the paired differences and the commands that
-reproduce it."""
+reproduce it; the section written holds the setup, the tables, the note and the commands, not the per-seed rows."""
 
 from __future__ import annotations
 
@@ -152,7 +152,31 @@ def test_collected_table_by_hand(tmp_path: Path) -> None:
                for line in lines)
     assert f".venv/bin/vlattn --threads 1 data synth --out {data} --images 4 --seed 7 --val 1 --test 2 --confound " \
            "red:circle --confound-p 0.9" in lines
-    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 2 --variants base catt" in lines
+    assert f".venv/bin/python benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 2 --variants base catt" in lines
+
+
+def test_the_written_section_replaces_only_its_own(tmp_path: Path) -> None:
+    data, runs = bias_runs(tmp_path, {"base-s1": 1, "base-s2": 2, "catt-s1": 1, "catt-s2": 1})
+    results = tmp_path / "RESULTS.md"
+    heading = "## CATT bias benchmark on confounded synthetic data"
+    results.write_text(f"# Benchmark results\n\n## Before\n\nkept\n\n{heading}\n\nreplaced\n\n## After\n\nkept too\n")
+    out = driver("--data", str(data), "--runs", str(runs), "--seeds", "1", "2", "--variants", "base", "catt",
+                 "--val-images", "50", "--note", "Seed 2 differs.", "--collect-only", "--results", str(results))
+    text = results.read_text()
+    assert text.startswith("# Benchmark results\n\n## Before\n\nkept\n\n" + heading + "\n\nCATT paper Tables 2 and 6 ")
+    assert text.endswith("```\n\n## After\n\nkept too\n") and "replaced" not in text
+    section = text[text.index(heading):text.index("## After")].splitlines()
+    assert "1 / 1 / 2 images, 6 XE epochs, checkpoint best on 50 val images" in " ".join(section)
+    assert any(line.startswith("| Transformer | 2 | 1, 2 | 0.450 ± 0.071 |") for line in section)
+    assert any(line.startswith("| Transformer+CATT (D#500) − Transformer | 2 | 0.100 ± 0.283 |") for line in section)
+    assert "Seed 2 differs." in section
+    command = f".venv/bin/python benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 2 " \
+              "--variants base catt --val-images 50"
+    assert section.index("Seed 2 differs.") < section.index(command)
+    # the per-seed rows are printed, not written
+    seed_row = "| Transformer | 1 | 1 | 0.500 |"
+    assert any(line.startswith(seed_row) for line in out.splitlines())
+    assert not any(line.startswith(seed_row) for line in section) and "Per seed:" not in section
 
 
 def test_only_runs_decoded_as_asked_are_tabulated(tmp_path: Path) -> None:
@@ -163,11 +187,11 @@ def test_only_runs_decoded_as_asked_are_tabulated(tmp_path: Path) -> None:
               "--collect-only", "--no-write")
     auto = driver(*common).splitlines()
     assert any(line.startswith("| Transformer+CATT (D#500) | 1 | 2 | 0.400 |") for line in auto)
-    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 --variants catt" in auto
+    assert f".venv/bin/python benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 1 --variants catt" in auto
     fixed = driver(*common, "--beam-size", "3").splitlines()
     assert any(line.startswith("| Transformer+CATT (D#500) | 1 | 3 | 0.700 |") for line in fixed)
     assert not any(line.startswith("| Transformer |") for line in fixed)
-    assert f"benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 2 --variants catt " \
+    assert f".venv/bin/python benchmarks/synth_catt.py --data {data} --runs {runs} --epochs 6 --seeds 2 --variants catt " \
            "--beam-size 3" in fixed
 
 
