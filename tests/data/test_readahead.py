@@ -17,16 +17,20 @@ from vlattn.data.features import MemmapStore, RegionFeatures, write_memmap, writ
 from vlattn.data.features.cache import CachedStore
 from vlattn.data.features.checks import as_float32
 from vlattn.data.karpathy import ImageEntry
+from vlattn.data.nlvr2 import NLVR2Dataset, Statement, collate_nlvr2
+from vlattn.data.pretraining import Pair, PretrainDataset, collate_pretrain
 from vlattn.data.regions import ReadaheadBatches
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import Annotation, Question, VQADataset, collate_vqa
 from vlattn.data.vqa_answers import AnswerVocabulary
+from vlattn.data.wordpiece import WordPieceVocabulary
 from vlattn.errors import DataError
 
 DIM = 8
 COUNTS = {11: 3, 22: 1, 33: 4, 44: 2}  # regions per image, in storage order
 ENTRIES = [ImageEntry(i, "train", f"{i}.jpg", [["a", "cube"], ["red"]], ["a cube", "red"]) for i in COUNTS]
 VOCAB = Vocabulary(["a", "cube", "red"])
+PIECES = WordPieceVocabulary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "cube"])
 
 
 def regions(image_id: int, count: int) -> RegionFeatures:
@@ -61,6 +65,17 @@ def vqa_set(store: MemmapStore) -> VQADataset:
     return VQADataset(questions, annotations, store, VOCAB, AnswerVocabulary(["red"]), max_regions=3)
 
 
+def pretrain_set(store: MemmapStore) -> PretrainDataset:
+    pairs = [Pair(image_id, "a red cube") for image_id in (22, 44, 11, 33, 44)]
+    return PretrainDataset(pairs, store, PIECES, 2, max_regions=3, max_length=6, object_classes=1, attribute_classes=1)
+
+
+def nlvr2_set(store: MemmapStore) -> NLVR2Dataset:
+    pairs = [(11, 22), (44, 33), (22, 22), (33, 11)]
+    statements = [Statement(f"s{n}", images, "a red cube", n % 2) for n, images in enumerate(pairs)]
+    return NLVR2Dataset(statements, store, PIECES, max_regions=3, max_question_len=6)
+
+
 def assert_same_batches(first: list[dict], second: list[dict]) -> None:
     assert len(first) == len(second)
     for a, b in zip(first, second):
@@ -72,24 +87,31 @@ def assert_same_batches(first: list[dict], second: list[dict]) -> None:
                 assert a[key] == b[key], key
 
 
-@pytest.mark.parametrize("task", ["train", "eval", "vqa"])
+@pytest.mark.parametrize("task", ["train", "eval", "vqa", "pretrain", "nlvr2"])
 def test_batches_equal_item_by_item_reads_in_the_samplers_order(
     store: MemmapStore, task: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dataset, collate = {"train": (CaptionTrainSet(ENTRIES, store, VOCAB, 3, 20), collate_train),
                         "eval": (CaptionEvalSet(ENTRIES, store, 3), collate_eval),
-                        "vqa": (vqa_set(store), collate_vqa)}[task]
+                        "vqa": (vqa_set(store), collate_vqa),
+                        "pretrain": (pretrain_set(store), collate_pretrain),
+                        "nlvr2": (nlvr2_set(store), collate_nlvr2)}[task]
     order = [[5, 0, 3], [1], [7, 2, 6, 4]] if task == "train" else [[3, 0], [2], [1]]
     hinted: list[list[int]] = []
     monkeypatch.setattr(MemmapStore, "prefetch", lambda self, ids: hinted.append(list(ids)))
     batched = list(DataLoader(dataset, batch_sampler=order, collate_fn=collate))
     plain = list(DataLoader(ItemByItem(dataset), batch_sampler=order, collate_fn=collate))
     assert_same_batches(batched, plain)
-    expected_ids = [[dataset[i]["image_id"] for i in batch] for batch in order]
+    # the images each batch reads, by hand from the sets above; caption pairs 2k and 2k + 1 are the two captions of
+    # image k (storage order 11, 22, 33, 44); an NLVR2 statement reads its left image, then its right one
+    expected_ids = {"train": [[33, 11, 22], [11], [44, 22, 44, 33]], "eval": [[44, 11], [33], [22]],
+                    "vqa": [[33, 33], [44], [11]], "pretrain": [[33, 22], [11], [44]],
+                    "nlvr2": [[33, 11, 11, 22], [22, 22], [44, 33]]}[task]
     assert hinted == expected_ids  # one hint per batch, before its reads, naming its images in order
-    assert [batch["image_ids"].tolist() for batch in batched] == expected_ids
-    if task == "train":  # pairs 2k and 2k + 1 are the two captions of image k (storage order 11, 22, 33, 44)
-        assert expected_ids == [[33, 11, 22], [11], [44, 22, 44, 33]]
+    if task == "nlvr2":
+        assert [batch["identifiers"] for batch in batched] == [["s3", "s0"], ["s2"], ["s1"]]
+    else:
+        assert [batch["image_ids"].tolist() for batch in batched] == expected_ids
 
 
 def test_readahead_batches_hint_the_next_batch_before_handing_out_this_one(

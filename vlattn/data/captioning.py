@@ -13,7 +13,7 @@ import torch
 
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
-from vlattn.data.handover import SlotArena
+from vlattn.data.handover import Shared
 from vlattn.data.karpathy import ImageEntry
 from vlattn.data.packed import PackedTexts
 from vlattn.data.regions import BatchReadahead, first_regions, normalize_boxes, pad_regions
@@ -110,7 +110,7 @@ class CaptionEvalSet(BatchReadahead):
         }
 
 
-def collate_regions(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_regions(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """``image_ids`` (B,) long plus the :func:`pad_regions` tensors of the items' ``regions`` (``shared`` as
     there), with ``boxes`` normalised to fractions of the image size (:func:`normalize_boxes`) as models expect."""
     regions = [item["regions"] for item in batch]
@@ -120,7 +120,7 @@ def collate_regions(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | 
     return out
 
 
-def collate_train(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_train(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """Training batch: :func:`collate_regions` plus ``tokens`` (B, T + 2) long = [BOS w1 .. wn EOS PAD ..]."""
     out = collate_regions(batch, shared)
     width = max(len(item["tokens"]) for item in batch) + 2
@@ -130,7 +130,7 @@ def collate_train(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | No
     return out
 
 
-def collate_eval(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_eval(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """Evaluation batch: :func:`collate_regions` plus ``references`` (list of B lists of strings)."""
     out = collate_regions(batch, shared)
     out["references"] = [item["references"] for item in batch]

@@ -109,6 +109,12 @@ class SlotArena:
         return _SlotBatch(self.storage, self.owner, list(batch), places, others)
 
 
+
+# What a collate function's ``shared`` takes: True/False (tensors in new shared memory or not; None: as the
+# process decides, True in a DataLoader worker) or the slot to write them into
+Shared = bool | SlotArena | None
+
+
 class _SlotBatch:
     """A batch on its way from a worker: the slot's storage (pickled as torch shares storages: one descriptor) and
     owner, where each tensor lies in it, and the batch's other values."""

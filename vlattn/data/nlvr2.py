@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
-from vlattn.data.handover import SlotArena
+from vlattn.data.handover import Shared
 from vlattn.data.jsonfiles import read_json
-from vlattn.data.regions import first_regions
+from vlattn.data.regions import BatchReadahead, first_regions
 from vlattn.data.vocab import Vocabulary
 from vlattn.data.vqa import encode_question
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -90,7 +89,7 @@ def nlvr2_metrics(predictions: Mapping[str, int], statements: Sequence[Statement
             "consistency": 100.0 * sum(all(oks) for oks in by_sentence.values()) / len(by_sentence)}
 
 
-class NLVR2Dataset(Dataset):
+class NLVR2Dataset(BatchReadahead):
     """Statements with both images' first ``max_regions`` regions and the encoded sentence. ``stored_dtype``: the
     regions' features in the store's dtype (float16 from a memmap store; :func:`~vlattn.data.regions.first_regions`),
     for a consumer that widens them (:func:`~vlattn.data.regions.batch_to_device`), else float32."""
@@ -105,6 +104,10 @@ class NLVR2Dataset(Dataset):
     def __len__(self) -> int:
         return len(self.statements)
 
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        """Both images of each statement of ``indices``, left then right."""
+        return [image_id for index in indices for image_id in self.statements[index].images]
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         s = self.statements[index]
         item: dict[str, Any] = {
@@ -118,7 +121,7 @@ class NLVR2Dataset(Dataset):
         return item
 
 
-def collate_nlvr2(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_nlvr2(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """The batch the pair model reads (see the module docstring), plus ``identifiers``; ``shared`` as in
     :func:`~vlattn.data.captioning.collate_regions`."""
     flat = [{"image_id": i, "regions": r} for item in batch for i, r in zip(item["image_ids"], item["regions"])]

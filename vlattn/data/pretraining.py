@@ -19,15 +19,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore
 from vlattn.data.features.checks import require_ids
 from vlattn.data.features.labels import region_labels
-from vlattn.data.handover import SlotArena
+from vlattn.data.handover import Shared
 from vlattn.data.karpathy import ImageEntry
-from vlattn.data.regions import first_regions
+from vlattn.data.regions import BatchReadahead, first_regions
 from vlattn.data.vqa import VQASplit
 from vlattn.data.vqa_answers import AnswerVocabulary
 from vlattn.data.wordpiece import WordPieceVocabulary
@@ -67,7 +66,7 @@ def question_pairs(split: VQASplit, answers: AnswerVocabulary) -> list[Pair]:
     return pairs
 
 
-class PretrainDataset(Dataset):
+class PretrainDataset(BatchReadahead):
     """``pairs`` joined with their images' regions (the first ``max_regions``) and region labels.
 
     Item: ``image_id``, ``regions``, ``text`` (``[CLS] pieces [SEP]`` ids, at most ``max_length``), ``answers``
@@ -91,6 +90,9 @@ class PretrainDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.pairs)
+
+    def image_ids_at(self, indices: list[int]) -> list[int]:
+        return [self.pairs[index].image_id for index in indices]
 
     def text(self, index: int) -> list[int]:
         """The ``[CLS] pieces [SEP]`` ids of pair ``index``'s sentence."""
@@ -134,7 +136,7 @@ def pad_texts(texts: Sequence[Sequence[int]], pad: int = WordPieceVocabulary.PAD
     return out
 
 
-def collate_pretrain(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_pretrain(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """Batch: :func:`~vlattn.data.captioning.collate_regions` (``shared`` as there) plus ``pair_ids`` (B,), ``questions`` (B, L) ids
     padded with ``[PAD]``, ``question_mask`` (B, L), ``answers`` (B, A), and ``objects``, ``attributes`` (B, N)
     long (IGNORE at padded regions) with ``object_scores``, ``attribute_scores`` (B, N) float (0 there)."""

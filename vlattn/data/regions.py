@@ -20,12 +20,12 @@ from torch.utils.data import Dataset, get_worker_info
 
 from vlattn.data.features.base import FeatureStore, RegionFeatures, stored_regions
 from vlattn.data.features.readahead import prefetch
-from vlattn.data.handover import SlotArena
+from vlattn.data.handover import Shared, SlotArena
 from vlattn.errors import DataError
 
 
 def pad_regions(
-    items: list[RegionFeatures], max_regions: int, shared: bool | SlotArena | None = None
+    items: list[RegionFeatures], max_regions: int, shared: Shared = None
 ) -> dict[str, torch.Tensor]:
     """Stack the regions of B images, keeping at most ``max_regions`` per image (the first ones:
     detectors emit regions sorted by confidence).
@@ -108,12 +108,13 @@ def first_regions(store: FeatureStore, image_id: int, max_regions: int, stored: 
 class BatchReadahead(Dataset):
     """Base of map-style datasets whose items read regions from ``self.store``: a DataLoader fetching a batch
     calls ``__getitems__``, which hints the read-ahead of all the batch's images (:mod:`.features.readahead`) and
-    then returns the items ``self[i]`` in the order of ``indices``. Subclasses say which image each item reads."""
+    then returns the items ``self[i]`` in the order of ``indices``. Subclasses say which images the items read."""
 
     store: FeatureStore
 
     def image_ids_at(self, indices: list[int]) -> list[int]:
-        """The image id each item of ``indices`` reads."""
+        """The ids of the images the items of ``indices`` read, item by item (several for an item of several
+        images)."""
         raise NotImplementedError
 
     def __getitems__(self, indices: list[int]) -> list[Any]:

@@ -28,7 +28,7 @@ import torch
 from vlattn.data.captioning import collate_regions
 from vlattn.data.features.base import FeatureStore, RegionFeatures
 from vlattn.data.features.checks import require_ids
-from vlattn.data.handover import SlotArena
+from vlattn.data.handover import Shared
 from vlattn.data.regions import BatchReadahead, first_regions
 from vlattn.data.jsonfiles import field, read_json, write_json
 from vlattn.data.packed import PackedTexts, flat_offsets
@@ -325,7 +325,7 @@ def encode_question(words: Vocabulary | WordPieceVocabulary, text: str, max_len:
     return words.encode(question_tokens(text), max_len)
 
 
-def collate_vqa(batch: Sequence[dict[str, Any]], shared: bool | SlotArena | None = None) -> dict[str, Any]:
+def collate_vqa(batch: Sequence[dict[str, Any]], shared: Shared = None) -> dict[str, Any]:
     """Batch: :func:`~vlattn.data.captioning.collate_regions` (``shared`` as there) plus ``question_ids`` (B,),
     ``questions`` (B, L) long padded with PAD, ``question_mask`` (B, L) bool (True = word) and ``targets`` (B, A)
     when the items have them."""
