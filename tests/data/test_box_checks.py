@@ -4,11 +4,13 @@ logged clamp of sub-pixel overshoot — never silence."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from torch.utils.data import DataLoader, Dataset
 
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap, write_npz_dir
 from vlattn.errors import DataError
@@ -59,6 +61,39 @@ def test_sub_pixel_overshoot_is_clamped_and_logged_once(tmp_path: Path, caplog: 
     assert first.boxes.tolist() == [[0, 0, 40, 30], [1, 1, 5, 5]]
     warnings = [r for r in caplog.records if "clamped" in r.getMessage()]
     assert len(warnings) == 1 and "0.75 px outside the 40x30 image" in warnings[0].getMessage()
+
+
+class ReadsImage5(Dataset):
+    """Eight items, each reading image 5 of ``store``."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> list[list[float]]:
+        return self.store.get(5).boxes.tolist()
+
+
+def test_clamping_is_reported_once_across_dataloader_workers_and_epochs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Workers are forked anew each epoch, as the training loop makes them; each reads the clamped image."""
+    store = store_with(tmp_path, "memmap", [[-0.5, 0, 40.75, 30.5], [1, 1, 5, 5]], width=40, height=30)
+    logger, handler = logging.getLogger("vlattn.data"), logging.StreamHandler(sys.stderr)  # fd 2: the workers' too
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        for _ in range(2):
+            loader = DataLoader(ReadsImage5(store), batch_size=2, num_workers=2, collate_fn=list,
+                                multiprocessing_context="fork")
+            assert [boxes for batch in loader for boxes in batch] == [[[0, 0, 40, 30], [1, 1, 5, 5]]] * 8
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert capfd.readouterr().err.count("clamped to the image") == 1
 
 
 def test_m2_file_without_sizes_checks_negative_coordinates(tmp_path: Path) -> None:

@@ -8,13 +8,19 @@ Boxes (x1, y1, x2, y2 pixels) must lie in the image: an image without regions, a
 (x2 < x1 or y2 < y1) or a box more than :data:`BOX_TOLERANCE` pixels outside the image is an error (the
 usual causes: boxes stored as x, y, w, h, normalised to [0, 1], or the wrong image size). A box at most
 that far outside — rounding of detector output — is clamped to the image and reported once per store with
-a ``logging`` warning (logger ``vlattn.data``).
+a ``logging`` warning (logger ``vlattn.data``): once across this process and the processes forked from it, such as
+DataLoader workers, which a training loop makes anew every epoch (workers started by ``spawn`` report on their own).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import mmap
+import multiprocessing
+import threading
+from contextlib import AbstractContextManager
 from typing import Iterable
 
 import numpy as np
@@ -25,7 +31,14 @@ from vlattn.errors import DataError
 
 BOX_TOLERANCE = 1.0  # pixels a box may extend outside the image and be clamped rather than rejected
 LOG = logging.getLogger("vlattn.data")
-_CLAMP_REPORTED: set[str] = set()
+# The stores whose clamping was reported, by an 8-byte digest of their path (0 = free): anonymous shared memory,
+# the same pages in every process forked from this one; the lock makes the look-up and the entry one step
+_CLAMP_REPORTED = memoryview(mmap.mmap(-1, mmap.PAGESIZE)).cast("Q")
+_CLAMP_LOCAL: set[int] = set()  # this process's, once the shared table is full
+try:
+    _CLAMP_LOCK: AbstractContextManager = multiprocessing.Lock()
+except OSError:  # no POSIX semaphores (some sandboxes): two processes may then both report a store
+    _CLAMP_LOCK = threading.Lock()
 
 
 def size_from_boxes(boxes: np.ndarray) -> tuple[int, int]:
@@ -128,13 +141,29 @@ def check_boxes(boxes: np.ndarray, width: int, height: int, *, path: object, ima
         raise DataError(f"box {k} {_box(boxes[k])} lies {worst:g} px outside the {width}x{height} image; boxes must "
                         "be x1, y1, x2, y2 in pixels of the original image", path=path, item=image_id)
     if worst > 0:
-        if str(path) not in _CLAMP_REPORTED:
-            _CLAMP_REPORTED.add(str(path))
+        if _first_clamp_of(path):
             LOG.warning("%s: item %r: boxes extend up to %g px outside the %dx%d image; clamped to the image "
                         "(up to %g px is clamped, more is an error; reported once per store)",
                         path, image_id, worst, width, height, BOX_TOLERANCE)
         boxes = np.concatenate([np.maximum(boxes[:, :2], 0), np.minimum(boxes[:, 2:], size)], axis=1)
     return boxes
+
+
+def _first_clamp_of(path: object) -> bool:
+    """Whether no process sharing :data:`_CLAMP_REPORTED` has reported a clamp in store ``path`` yet; marks it
+    reported (past the shared table's 512 stores, in this process only)."""
+    key = int.from_bytes(hashlib.blake2b(str(path).encode(), digest_size=8).digest(), "little") or 1
+    with _CLAMP_LOCK:
+        for place, seen in enumerate(_CLAMP_REPORTED):
+            if seen == key:
+                return False
+            if seen == 0:
+                _CLAMP_REPORTED[place] = key
+                return True
+        if key in _CLAMP_LOCAL:
+            return False
+        _CLAMP_LOCAL.add(key)
+        return True
 
 
 def _box(box: np.ndarray) -> str:
