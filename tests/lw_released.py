@@ -30,6 +30,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import m2_released
 from m2_released import decoder_inputs
 from torch import Tensor
 
@@ -168,20 +169,23 @@ def released_log_probs(sd: State, features: Tensor, tokens: Tensor, *, pad: int,
     return torch.log_softmax(F.linear(x, sd["decoder.fc.weight"]), -1)
 
 
+class ReleasedStateful(m2_released.ReleasedStateful):
+    """The released model in its stateful mode, as the M2 code base's (the position is the step count), with this
+    model's encoder and decoder layers."""
+
+    def __init__(self, sd: State, features: Tensor, *, pad: int, heads: int, groups: int) -> None:
+        self.groups = groups
+        super().__init__(sd, features, pad=pad, heads=heads)
+
+    def encode(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        return released_encode(self.sd, features, self.heads, self.groups)
+
+    def layer(self, i: int, x: Tensor, query: Tensor) -> Tensor:
+        return _decoder_layer(self.sd, i, x, self.keys[i], self.enc, self.enc_masked, self.running_mask, query,
+                              self.heads, self.groups)
+
+
 def released_steps(sd: State, features: Tensor, tokens: Tensor, *, pad: int, heads: int, groups: int) -> Tensor:
     """The stateful mode fed ``tokens`` (B, T) one per call: the log-probabilities (B, T, V) after each."""
-    enc, enc_masked = released_encode(sd, features, heads, groups)
-    b, d = features.shape[0], sd["decoder.word_emb.weight"].shape[1]
-    running_keys = [torch.zeros(b, 0, d) for _ in range(_count(sd, "decoder.layers."))]
-    running_mask = torch.zeros(b, 1, 1, 0, dtype=torch.bool)
-    outputs = []
-    for step in range(tokens.shape[1]):
-        word = tokens[:, step : step + 1]  # (B, 1)
-        query = (word != pad).unsqueeze(-1).float()
-        running_mask = torch.cat([running_mask, (word == pad)[:, None, None, :]], -1)
-        x = sd["decoder.word_emb.weight"][word] + sd["decoder.pos_emb.weight"][step + 1]
-        for i, keys in enumerate(running_keys):
-            running_keys[i] = torch.cat([keys, x], 1)
-            x = _decoder_layer(sd, i, x, running_keys[i], enc, enc_masked, running_mask, query, heads, groups)
-        outputs.append(torch.log_softmax(F.linear(x, sd["decoder.fc.weight"]), -1))
-    return torch.cat(outputs, 1)
+    model = ReleasedStateful(sd, features, pad=pad, heads=heads, groups=groups)
+    return torch.cat([model.step(tokens[:, step : step + 1]) for step in range(tokens.shape[1])], 1)

@@ -206,17 +206,26 @@ def released_log_probs(sd: State, features: Tensor, tokens: Tensor, *, pad: int,
 
 
 class ReleasedStateful:
-    """The released model in its stateful mode: one token per call, running keys/masks/positions."""
+    """The released model in its stateful mode: one token per call, running keys/masks/positions (the step count).
+    ``encode``/``layer`` are the model's own (subclasses: the code bases built on M2's, such as LW-Transformer's)."""
 
     def __init__(self, sd: State, features: Tensor, *, pad: int, heads: int) -> None:
         self.sd, self.pad, self.heads = sd, pad, heads
-        self.enc, self.enc_masked = released_encode(sd, features, heads)
+        self.enc, self.enc_masked = self.encode(features)
         b = features.shape[0]
-        self.layers = _count(sd, "decoder.layers.")
         d = sd["decoder.word_emb.weight"].shape[1]
-        self.keys = [torch.zeros(b, 0, d) for _ in range(self.layers)]
+        self.keys = [torch.zeros(b, 0, d) for _ in range(_count(sd, "decoder.layers."))]
         self.running_mask = torch.zeros(b, 1, 1, 0, dtype=torch.bool)
         self.running_seq = torch.zeros(b, 1, dtype=torch.long)
+
+    def encode(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoder's output and its padding mask (True = masked)."""
+        return released_encode(self.sd, features, self.heads)
+
+    def layer(self, i: int, x: Tensor, query: Tensor) -> Tensor:
+        """Decoder layer ``i`` on this step's ``x`` (b, 1, d), its self-attention keys so far in ``self.keys[i]``."""
+        return _decoder_layer(self.sd, i, x, self.keys[i], self.enc, self.enc_masked, self.running_mask, query,
+                              self.heads)
 
     def step(self, word: Tensor) -> Tensor:
         """``word`` (b, 1) -> log-probabilities (b, 1, V)."""
@@ -224,10 +233,9 @@ class ReleasedStateful:
         self.running_mask = torch.cat([self.running_mask, (word == self.pad)[:, None, None, :]], -1)
         self.running_seq = self.running_seq + 1
         x = self.sd["decoder.word_emb.weight"][word] + self.sd["decoder.pos_emb.weight"][self.running_seq]
-        for i in range(self.layers):
-            self.keys[i] = torch.cat([self.keys[i], x], 1)
-            x = _decoder_layer(self.sd, i, x, self.keys[i], self.enc, self.enc_masked, self.running_mask, query,
-                               self.heads)
+        for i, keys in enumerate(self.keys):
+            self.keys[i] = torch.cat([keys, x], 1)
+            x = self.layer(i, x, query)
         return torch.log_softmax(F.linear(x, self.sd["decoder.fc.weight"]), -1)
 
     def select(self, rows: Tensor) -> None:
@@ -250,9 +258,16 @@ def released_beam_search(
     sd: State, features: Tensor, *, bos: int, eos: int, pad: int, heads: int, beam_size: int = 5,
     max_len: int = 20, out_size: int = 1,
 ) -> ReleasedBeams:
-    """The released ``BeamSearch.apply`` (see the module docstring)."""
-    b = features.shape[0]
-    model = ReleasedStateful(sd, features, pad=pad, heads=heads)
+    """The released ``BeamSearch.apply`` (see the module docstring) over the released M2 model."""
+    return beam_search_over(ReleasedStateful(sd, features, pad=pad, heads=heads), features.shape[0], bos=bos, eos=eos,
+                            beam_size=beam_size, max_len=max_len, out_size=out_size)
+
+
+def beam_search_over(
+    model: ReleasedStateful, b: int, *, bos: int, eos: int, beam_size: int = 5, max_len: int = 20, out_size: int = 1,
+) -> ReleasedBeams:
+    """The released ``BeamSearch.apply`` over ``b`` images of ``model`` (the code bases built on M2's, such as
+    LW-Transformer's, share this search)."""
     seq_mask = torch.ones(b, beam_size, 1)
     seq_logprob = torch.zeros(b, 1, 1)
     outputs: list[Tensor] = []

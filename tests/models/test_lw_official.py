@@ -2,7 +2,8 @@
 LW-Transformer captioning code (``tests/lw_released.py``): a model loaded with a random released state dict
 (non-zero biases and LayerNorm parameters) gives the released teacher-forced and step-by-step (cached)
 log-probabilities to 1e-5, pad tokens inside captions included — the LW model at 1x and 3x, with and without the
-group-wise feed-forward, and the dense Transformer that ``train.py --model transformer`` builds; the doubled norm's
+group-wise feed-forward, and the dense Transformer that ``train.py --model transformer`` builds — and the released
+beam search's outputs (M2's search: words, per-word log-probs and scores to 1e-5); the doubled norm's
 parameters counted in closed form and the preset's count equal to the released layout's; the preset's settings."""
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from tests.models.conftest import BOS, PAD, model_inputs, tiny_inputs
-from lw_released import released_log_probs, released_shapes, released_steps, random_state
+import torch.nn.functional as F
+from tests.models.conftest import BOS, EOS, PAD, model_inputs, tiny_inputs
+from lw_released import ReleasedStateful, released_log_probs, released_shapes, released_steps, random_state
+from m2_released import beam_search_over
 from test_m2_official import PADDED, DropoutCalls, region_inputs
 
 from vlattn.config import ModelConfig, Spec, config_to_dict
+from vlattn.decoding import beam_search
 from vlattn.errors import ConfigError
 from vlattn.layers import DoublePostNorm, PostNorm
 from vlattn.models import build_captioner
@@ -97,11 +101,16 @@ def released_name(name: str) -> str:
 def loaded(case: Case, seed: int) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The vlattn model (eval mode) holding a random released state dict, and that state dict."""
     state = random_state(case.shapes(), seed)
+    return holding(case, state, seed), state
+
+
+def holding(case: Case, state: dict[str, torch.Tensor], seed: int) -> torch.nn.Module:
+    """The vlattn model (eval mode) of ``case`` holding the released state dict ``state``."""
     torch.manual_seed(seed)
     model = build_captioner(case.config(), WORDS, pad_id=PAD).eval()
     model.load_state_dict({name: state[released_name(name)] for name in model.state_dict()})
     assert {released_name(name) for name in model.state_dict()} == set(state)  # every released tensor used
-    return model, state
+    return model
 
 
 def captions(batch: int, length: int, seed: int) -> torch.Tensor:
@@ -141,6 +150,40 @@ def test_cached_steps_match_the_released_stateful_decoder(label: str) -> None:
         with torch.no_grad():
             ours, cache = model.step(tokens[:, :t], cache)
         torch.testing.assert_close(ours, expected[:, t - 1], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(("label", "seed"), [("lw-1x", 2), ("lw-3x", 2), ("transformer", 3)])
+def test_beam_search_matches_the_released_beam_search(label: str, seed: int) -> None:
+    """The released code base's beam search (M2's) over the released model against vlattn's beam search over the
+    loaded model: beam 5, 20 steps, the EOS output row steered toward the word the model prefers (that word's row
+    plus noise) so that beams end at different steps and some never; no exact score ties (see test_m2_official)."""
+    case = CASES[label]
+    state = random_state(case.shapes(), seed)
+    inputs, padded = region_inputs(6, seed=seed)
+
+    def released(out_size: int = 5):
+        stateful = ReleasedStateful(state, padded, pad=PAD, heads=HEADS, groups=case.groups)
+        return beam_search_over(stateful, 6, bos=BOS, eos=EOS, beam_size=5, max_len=MAX_LEN, out_size=out_size)
+
+    favourite = int(torch.bincount(released().words.flatten(), minlength=WORDS).argmax())
+    output = state["decoder.fc.weight"]
+    output[EOS] = output[favourite] + 0.1 * torch.randn(output.shape[1], generator=torch.Generator().manual_seed(seed))
+    words, log_probs, ties = released()  # (B, 5, 20) each
+    model = holding(case, state, seed)
+    with torch.no_grad():
+        beams = beam_search(model, inputs, bos=BOS, eos=EOS, beam_size=5, max_len=MAX_LEN, pad=PAD)
+    ended = words == EOS
+    length = torch.where(ended.any(-1), ended.float().argmax(-1) + 1, torch.full_like(words[..., 0], MAX_LEN))
+    # the cases the comparison must cover
+    assert (length < MAX_LEN).any() and (length == MAX_LEN).any() and ((length > 1) & (length < MAX_LEN)).any()
+    assert ties == 0
+    for b in range(6):
+        for k in range(5):
+            n = int(length[b, k])
+            assert beams.tokens[b, k, :n].tolist() == words[b, k, :n].tolist(), (label, b, k)
+    ours = F.pad(beams.log_probs, (0, MAX_LEN - beams.log_probs.shape[-1]))  # 0 after EOS, as the released code
+    torch.testing.assert_close(ours, log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(beams.scores, log_probs.sum(-1), atol=1e-5, rtol=0)
 
 
 def test_official_residual_wraps_each_attention_twice_and_the_feed_forward_once() -> None:
