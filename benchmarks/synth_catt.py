@@ -221,6 +221,11 @@ def setup(args: argparse.Namespace) -> str:
             "Mean ± sample sd over the seeds run.")
 
 
+def paragraph(text: str) -> str:
+    """``text`` wrapped at 120 columns, never inside a hyphenated name such as Up-Down."""
+    return fill(text, 120, break_on_hyphens=False)
+
+
 def table(args: argparse.Namespace) -> tuple[str, str]:
     """The results section (the setup, means ± sample standard deviations over the evaluated seeds, the paired
     differences, ``--note``, the commands) and the per-seed table."""
@@ -248,10 +253,10 @@ def table(args: argparse.Namespace) -> tuple[str, str]:
     differences = paired(results)
     paired_header = "| difference | seeds | " + " | ".join(PAIRED_COLUMNS) + " |"
     section = "\n".join([
-        fill(setup(args), 120), "", header, rule, *rows, "",
+        paragraph(setup(args)), "", header, rule, *rows, "",
         *(["Paired differences (same seed; mean ± sample sd of the per-seed differences):", "",
            paired_header, "|---|---|" + "---|" * len(PAIRED_COLUMNS), *differences, ""] if differences else []),
-        *([fill(args.note, 120), ""] if args.note else []), "Commands:", "", "```", *commands, "```",
+        *([paragraph(args.note), ""] if args.note else []), "Commands:", "", "```", *commands, "```",
     ])
     return section, "\n".join(["Per seed:", "", header.replace("| seeds | beam |", "| seed | beam |"), rule, *per_seed])
 
