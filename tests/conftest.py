@@ -8,14 +8,24 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 import torch
 
 from tests.slow import SLOW_SCALE
 
-torch.set_num_threads(int(os.environ.get("VLATTN_TEST_THREADS", "1")))
+THREADS = int(os.environ.get("VLATTN_TEST_THREADS", "1"))
+torch.set_num_threads(THREADS)
+
+
+@pytest.fixture(autouse=True)
+def _threads_as_configured() -> Iterator[None]:
+    """Every test runs at THREADS: an in-process ``vlattn --threads N`` call must not carry into the tests after it
+    (the suite at THREADS = 2 would run partly at 1 thread, and tests comparing runs bit for bit would pass or fail
+    with the order they run in)."""
+    yield
+    torch.set_num_threads(THREADS)
 
 
 def pytest_report_header() -> str:

@@ -23,6 +23,7 @@ from vlattn import tasks
 from vlattn.config import config_to_dict
 from vlattn.training.checkpoint import load_checkpoint
 from vlattn.training.rundir import run_lock
+from tests.conftest import THREADS
 from tests.test_bad_input import one_line
 from tests.training.conftest import Crash, make_tiny_vqa_data, tiny_config, tiny_vqa_config
 from tests.training.subproc import ROOT, Child
@@ -66,8 +67,9 @@ def assert_each_record_once(run: Path) -> None:
 
 
 def train_args(config: Path, run: Path, *extra: str) -> list[str]:
-    """One torch thread as in this process (tests/conftest.py): the same float sums, the same weights."""
-    return ["--threads", "1", "train", "--config", str(config), "--out", str(run), "--device", "cpu", *extra]
+    """This process's torch threads (tests/conftest.py), as the in-process reference runs: the same float sums, the
+    same weights."""
+    return ["--threads", str(THREADS), "train", "--config", str(config), "--out", str(run), "--device", "cpu", *extra]
 
 
 def snapshot(run: Path) -> dict[str, bytes]:
