@@ -109,7 +109,6 @@ class SlotArena:
         return _SlotBatch(self.storage, self.owner, list(batch), places, others)
 
 
-
 # What a collate function's ``shared`` takes: True/False (tensors in new shared memory or not; None: as the
 # process decides, True in a DataLoader worker) or the slot to write them into
 Shared = bool | SlotArena | None
