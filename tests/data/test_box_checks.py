@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader, Dataset
 
+import vlattn.data.features.checks as checks
 from vlattn.data.features import RegionFeatures, open_store, write_m2_hdf5, write_memmap, write_npz_dir
 from vlattn.errors import DataError
 
@@ -94,6 +95,31 @@ def test_clamping_is_reported_once_across_dataloader_workers_and_epochs(
         logger.removeHandler(handler)
         logger.setLevel(level)
     assert capfd.readouterr().err.count("clamped to the image") == 1
+
+
+class HeldLock:
+    """A lock a killed process left held: every ``acquire`` times out (after recording its timeout)."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def acquire(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return False
+
+
+def test_a_lock_left_held_costs_one_bounded_wait_and_the_clamp_is_still_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = HeldLock()
+    monkeypatch.setattr(checks, "_CLAMP_LOCK", lock)
+    monkeypatch.setattr(checks, "_CLAMP_TABLE_USABLE", [True])
+    store = store_with(tmp_path, "memmap", [[0, 0, 40.5, 30]], width=40, height=30)
+    with caplog.at_level(logging.WARNING, logger="vlattn.data"):
+        for _ in range(3):
+            assert store.get(5).boxes.tolist() == [[0, 0, 40, 30]]
+    assert lock.timeouts == [1.0]  # waited once, bounded; then this process's own reports decide
+    assert sum("clamped" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_m2_file_without_sizes_checks_negative_coordinates(tmp_path: Path) -> None:

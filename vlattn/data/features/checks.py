@@ -20,8 +20,7 @@ import math
 import mmap
 import multiprocessing
 import threading
-from contextlib import AbstractContextManager
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -34,9 +33,10 @@ LOG = logging.getLogger("vlattn.data")
 # The stores whose clamping was reported, by an 8-byte digest of their path (0 = free): anonymous shared memory,
 # the same pages in every process forked from this one; the lock makes the look-up and the entry one step
 _CLAMP_REPORTED = memoryview(mmap.mmap(-1, mmap.PAGESIZE)).cast("Q")
-_CLAMP_LOCAL: set[int] = set()  # this process's, once the shared table is full
+_CLAMP_LOCAL: set[int] = set()  # this process's reports where the shared table cannot be used
+_CLAMP_TABLE_USABLE = [True]  # False once the lock could not be had (see _first_clamp_of)
 try:
-    _CLAMP_LOCK: AbstractContextManager = multiprocessing.Lock()
+    _CLAMP_LOCK: Any = multiprocessing.Lock()
 except OSError:  # no POSIX semaphores (some sandboxes): two processes may then both report a store
     _CLAMP_LOCK = threading.Lock()
 
@@ -151,19 +151,25 @@ def check_boxes(boxes: np.ndarray, width: int, height: int, *, path: object, ima
 
 def _first_clamp_of(path: object) -> bool:
     """Whether no process sharing :data:`_CLAMP_REPORTED` has reported a clamp in store ``path`` yet; marks it
-    reported (past the shared table's 512 stores, in this process only)."""
+    reported. Past the table's 512 stores, or once the lock was not free within a second (a process killed while
+    holding it keeps it forever: waiting must not hang the run), this process's own reports decide."""
     key = int.from_bytes(hashlib.blake2b(str(path).encode(), digest_size=8).digest(), "little") or 1
-    with _CLAMP_LOCK:
-        for place, seen in enumerate(_CLAMP_REPORTED):
-            if seen == key:
-                return False
-            if seen == 0:
-                _CLAMP_REPORTED[place] = key
-                return True
-        if key in _CLAMP_LOCAL:
-            return False
-        _CLAMP_LOCAL.add(key)
-        return True
+    if _CLAMP_TABLE_USABLE[0] and _CLAMP_LOCK.acquire(timeout=1.0):
+        try:
+            for place, seen in enumerate(_CLAMP_REPORTED):
+                if seen == key:
+                    return False
+                if seen == 0:
+                    _CLAMP_REPORTED[place] = key
+                    return True
+        finally:
+            _CLAMP_LOCK.release()
+    else:
+        _CLAMP_TABLE_USABLE[0] = False
+    if key in _CLAMP_LOCAL:
+        return False
+    _CLAMP_LOCAL.add(key)
+    return True
 
 
 def _box(box: np.ndarray) -> str:
