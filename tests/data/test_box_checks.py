@@ -113,7 +113,6 @@ def test_a_lock_left_held_costs_one_bounded_wait_and_the_clamp_is_still_reported
 ) -> None:
     lock = HeldLock()
     monkeypatch.setattr(checks, "_CLAMP_LOCK", lock)
-    monkeypatch.setattr(checks, "_CLAMP_TABLE_USABLE", [True])
     store = store_with(tmp_path, "memmap", [[0, 0, 40.5, 30]], width=40, height=30)
     with caplog.at_level(logging.WARNING, logger="vlattn.data"):
         for _ in range(3):

@@ -92,7 +92,7 @@ class PretrainDataset(BatchReadahead):
         return len(self.pairs)
 
     def image_ids_at(self, indices: list[int]) -> list[int]:
-        return [self.pairs[index].image_id for index in indices]
+        return self.image_ids[indices].tolist()
 
     def text(self, index: int) -> list[int]:
         """The ``[CLS] pieces [SEP]`` ids of pair ``index``'s sentence."""

@@ -34,8 +34,7 @@ LOG = logging.getLogger("vlattn.data")
 # the same pages in every process forked from this one; the lock makes the look-up and the entry one step
 _CLAMP_REPORTED = memoryview(mmap.mmap(-1, mmap.PAGESIZE)).cast("Q")
 _CLAMP_LOCAL: set[int] = set()  # this process's reports where the shared table cannot be used
-_CLAMP_TABLE_USABLE = [True]  # False once the lock could not be had (see _first_clamp_of)
-try:
+try:  # None once it could not be had (see _first_clamp_of): the table is then left alone
     _CLAMP_LOCK: Any = multiprocessing.Lock()
 except OSError:  # no POSIX semaphores (some sandboxes): two processes may then both report a store
     _CLAMP_LOCK = threading.Lock()
@@ -153,8 +152,9 @@ def _first_clamp_of(path: object) -> bool:
     """Whether no process sharing :data:`_CLAMP_REPORTED` has reported a clamp in store ``path`` yet; marks it
     reported. Past the table's 512 stores, or once the lock was not free within a second (a process killed while
     holding it keeps it forever: waiting must not hang the run), this process's own reports decide."""
+    global _CLAMP_LOCK
     key = int.from_bytes(hashlib.blake2b(str(path).encode(), digest_size=8).digest(), "little") or 1
-    if _CLAMP_TABLE_USABLE[0] and _CLAMP_LOCK.acquire(timeout=1.0):
+    if _CLAMP_LOCK is not None and _CLAMP_LOCK.acquire(timeout=1.0):
         try:
             for place, seen in enumerate(_CLAMP_REPORTED):
                 if seen == key:
@@ -165,7 +165,7 @@ def _first_clamp_of(path: object) -> bool:
         finally:
             _CLAMP_LOCK.release()
     else:
-        _CLAMP_TABLE_USABLE[0] = False
+        _CLAMP_LOCK = None
     if key in _CLAMP_LOCAL:
         return False
     _CLAMP_LOCAL.add(key)
